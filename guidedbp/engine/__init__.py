@@ -1,0 +1,1 @@
+"""The engine room: TensorFlow gradients, nothing about files or images on disk."""

@@ -1,0 +1,167 @@
+"""Op-level graph work shared by the engine and the reference chain.
+
+Everything here runs while a forward pass is being traced into a ``tf.function``
+graph: it reads the ops the trace created and never touches the Keras model.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+import tensorflow as tf
+
+#: ReLU-family op types whose gradient guided backprop replaces.
+RELU_OPS = ("Relu", "Relu6")
+
+#: Ops that keep their plain gradient, named as the report shows them.
+PLAIN_ACTIVATION_OPS = {
+    "LeakyRelu": "LeakyReLU",
+    "Elu": "ELU",
+    "Selu": "SELU",
+    "Erf": "GELU",
+    "Sigmoid": "sigmoid",
+    "Tanh": "tanh",
+    "Softplus": "softplus",
+    "Softsign": "softsign",
+}
+
+#: Ops a model's output may pass through after its classification head.
+_PASS_THROUGH_OPS = ("Identity", "Cast", "StopGradient")
+
+#: Head ops that turn logits into probabilities; we explain their input.
+_HEAD_OPS = {"Softmax": "softmax", "Sigmoid": "sigmoid", "LogSoftmax": "log_softmax"}
+
+# Names the gradient functions are registered under. Prefixed so that they cannot
+# collide with a user's own "GuidedRelu" registration.
+GUIDED_GRADIENT = "guidedbp/GuidedRelu"
+DECONVNET_GRADIENT = "guidedbp/DeconvnetRelu"
+
+_registered = False
+
+
+def threshold(grad: tf.Tensor) -> tf.Tensor:
+    """The ``grad_ys`` thresholding: drop negative partial derivatives."""
+    return tf.maximum(grad, tf.zeros_like(grad))
+
+
+def relu_backward(op_type: str, grad: tf.Tensor, output: tf.Tensor) -> tf.Tensor:
+    """The ReLU's own gradient: pass ``grad`` where the forward unit was active."""
+    if op_type == "Relu6":
+        return tf.raw_ops.Relu6Grad(gradients=grad, features=output)
+    return tf.raw_ops.ReluGrad(gradients=grad, features=output)
+
+
+def _guided_gradient(op: tf.Operation, grad: tf.Tensor) -> tf.Tensor:
+    # Threshold the arriving gradient, then send it down through the op's own
+    # gradient: exactly what the grad_ys formulation does, inside one pass.
+    return relu_backward(op.type, threshold(grad), op.outputs[0])
+
+
+def _deconvnet_gradient(op: tf.Operation, grad: tf.Tensor) -> tf.Tensor:
+    # Zeiler & Fergus: threshold the arriving gradient, ignore the forward mask.
+    del op
+    return threshold(grad)
+
+
+def register_gradients() -> None:
+    """Register the override gradients once per process (TF refuses twice)."""
+    global _registered
+    if not _registered:
+        tf.RegisterGradient(GUIDED_GRADIENT)(_guided_gradient)
+        tf.RegisterGradient(DECONVNET_GRADIENT)(_deconvnet_gradient)
+        _registered = True
+
+
+def find_logits(output: tf.Tensor) -> tuple[tf.Tensor, str | None, tf.Operation | None]:
+    """Walk back from a model output to the pre-activation logits.
+
+    Returns the logits tensor, the name of the head that was bypassed
+    (``"softmax"``, ``"sigmoid"``, ``"log_softmax"``) or ``None``, and the head op.
+    """
+    tensor = output
+    while tensor.op.type in _PASS_THROUGH_OPS and tensor.op.inputs:
+        tensor = tensor.op.inputs[0]
+    head = _HEAD_OPS.get(tensor.op.type)
+    if head is None:
+        return output, None, None
+    return tensor.op.inputs[0], head, tensor.op
+
+
+def relu_ops(ops: list[tf.Operation]) -> list[tf.Operation]:
+    """Every ReLU-family op among ``ops``, in creation (topological) order."""
+    return [op for op in ops if op.type in RELU_OPS]
+
+
+def signed_compositions(relus: list[tf.Operation]) -> list[tf.Operation]:
+    """ReLUs that build a signed activation rather than gate a signal.
+
+    Keras' ``PReLU`` (and ``ReLU`` with both ``negative_slope`` and ``max_value``)
+    compute ``relu(x) - a * relu(-x)``. Those ReLUs are parts of a leaky
+    activation whose gradient must stay plain, so they are left alone: both the
+    ``relu(-x)`` and the ``relu(x)`` that shares its ``x``.
+    """
+    negative_parts = [op for op in relus if op.inputs[0].op.type == "Neg"]
+    sources = {op.inputs[0].op.inputs[0].name for op in negative_parts}
+    positive_parts = [op for op in relus if op.inputs[0].name in sources]
+    return negative_parts + positive_parts
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the engine did to a model's gradient, read off the traced graph.
+
+    Attributes:
+        method: The attribution method.
+        guided_ops: ReLU-family ops whose gradient was replaced, by op type.
+        plain_activations: Activations left with their plain gradient, by type.
+        head: The output head bypassed to reach the logit, or ``None``.
+        num_classes: Number of classes the target may name.
+    """
+
+    method: str
+    guided_ops: dict[str, int] = field(default_factory=dict)
+    plain_activations: dict[str, int] = field(default_factory=dict)
+    head: str | None = None
+    num_classes: int = 0
+
+    @property
+    def num_guided(self) -> int:
+        return sum(self.guided_ops.values())
+
+    def as_dict(self) -> dict:
+        return {
+            "method": self.method,
+            "guided_ops": dict(self.guided_ops),
+            "plain_activations": dict(self.plain_activations),
+            "head_bypassed": self.head,
+            "num_classes": self.num_classes,
+        }
+
+    def __str__(self) -> str:
+        def counts(d: dict[str, int]) -> str:
+            return ", ".join(f"{k}: {v}" for k, v in sorted(d.items())) or "none"
+
+        return (
+            f"method: {self.method}\n"
+            f"guided ops: {counts(self.guided_ops)}\n"
+            f"activations left alone: {counts(self.plain_activations)}\n"
+            f"head bypassed: {self.head or 'none (output is already a logit)'}\n"
+            f"classes: {self.num_classes}"
+        )
+
+
+def census(
+    ops: list[tf.Operation], guided: list[tf.Operation], excluded: list[tf.Operation], head_op
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Count guided ops by type and plain activations by type."""
+    guided_counts = collections.Counter(op.type for op in guided)
+    plain = collections.Counter(
+        PLAIN_ACTIVATION_OPS[op.type]
+        for op in ops
+        if op.type in PLAIN_ACTIVATION_OPS and op is not head_op
+    )
+    negative_parts = sum(1 for op in excluded if op.inputs[0].op.type == "Neg")
+    if negative_parts:
+        plain["PReLU"] += negative_parts
+    return dict(guided_counts), dict(plain)
