@@ -18,7 +18,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) benchmarks/engine_bench.py
+	$(PY) benchmarks/bench.py
 
 demo: $(STAMP)
 	$(PY) -m guidedbp.engine_demo

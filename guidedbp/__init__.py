@@ -22,6 +22,9 @@ _LAZY = {
     "saliency": "guidedbp.engine.explainer",
     "Report": "guidedbp.engine._graph",
     "reference_saliency": "guidedbp.engine.reference",
+    "load_model": "guidedbp.models.loading",
+    "LoadedModel": "guidedbp.models.loading",
+    "ModelLoadError": "guidedbp.models.loading",
 }
 
 __all__ = ["METHODS", "__version__", *_LAZY]

@@ -20,6 +20,7 @@ PLAIN_ACTIVATION_OPS = {
     "Elu": "ELU",
     "Selu": "SELU",
     "Erf": "GELU",
+    "Erfc": "GELU",  # exact GELU, as tf.nn.gelu(approximate=False) builds it
     "Sigmoid": "sigmoid",
     "Tanh": "tanh",
     "Softplus": "softplus",
@@ -42,7 +43,7 @@ _registered = False
 
 def threshold(grad: tf.Tensor) -> tf.Tensor:
     """The ``grad_ys`` thresholding: drop negative partial derivatives."""
-    return tf.maximum(grad, tf.zeros_like(grad))
+    return tf.nn.relu(grad)  # one elementwise pass, no zeros tensor to materialise
 
 
 def relu_backward(op_type: str, grad: tf.Tensor, output: tf.Tensor) -> tf.Tensor:

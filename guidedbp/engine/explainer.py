@@ -10,6 +10,7 @@ touched: the override lives only on the traced graph.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,7 +70,9 @@ class Explainer:
 
     Args:
         model: A ``keras.Model`` taking ``(N, H, W, C)`` images and returning
-            ``(N, classes)`` scores.
+            ``(N, classes)`` scores, a :class:`~guidedbp.models.loading.LoadedModel`, or
+            any spec :func:`guidedbp.load_model` takes (a ``.keras``/``.h5`` path, a
+            SavedModel folder, ``keras:NAME``).
         method: ``"guided"``, ``"vanilla"`` or ``"deconvnet"``.
         batch_size: Images per forward/backward pass; bounds memory.
 
@@ -91,8 +94,14 @@ class Explainer:
             raise ValueError(f"method={method!r} is not one of {', '.join(METHODS_GRADIENT)}")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
+        from guidedbp.models.loading import LoadedModel, load_model
+
+        if isinstance(model, (str, os.PathLike)):
+            model = load_model(model)
+        if isinstance(model, LoadedModel):
+            model = model.model
         if not callable(model):
-            raise ValueError(f"model must be a keras.Model, got {type(model).__name__}")
+            raise ValueError(f"model must be a keras.Model or a model spec, got {type(model).__name__}")
         _graph.register_gradients()
         self.model = model
         self.method = method

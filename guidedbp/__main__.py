@@ -1,0 +1,5 @@
+"""``python -m guidedbp`` runs the command line."""
+
+from guidedbp.cli import main
+
+main()

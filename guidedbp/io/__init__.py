@@ -1,0 +1,1 @@
+"""Reading images from disk into numpy arrays (numpy and Pillow only)."""

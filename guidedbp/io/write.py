@@ -1,0 +1,220 @@
+"""Write results to disk atomically and deterministically (numpy and Pillow only).
+
+Every file is written to a hidden temporary file in the target's folder
+(``.NAME.PID.RANDOM.tmp``), flushed and ``fsync``-ed, then moved over the target
+with ``os.replace``, which is atomic on POSIX and Windows when both live on one
+file system. A run stopped at any instant therefore leaves either the old file
+or the complete new one, never a truncated one. An error inside this module
+removes the temporary file; only a hard kill (SIGKILL, power loss) can leave a
+hidden ``.tmp`` file behind, and the target is still whole.
+
+PNG encoding is deterministic: the same array gives the same bytes on every run
+(fixed compression level, no optimisation pass, no timestamp or text chunks).
+
+>>> import numpy as np
+>>> png = encode_png(np.zeros((2, 3), np.uint8))
+>>> png[:8] == b"\\x89PNG\\r\\n\\x1a\\n" and png == encode_png(np.zeros((2, 3), np.uint8))
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import secrets
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image
+
+__all__ = [
+    "PNG_COMPRESS_LEVEL",
+    "atomic_write_bytes",
+    "encode_png",
+    "resize_map",
+    "save_npy",
+    "save_png",
+]
+
+#: zlib level for PNG output: a fixed value keeps the bytes reproducible.
+PNG_COMPRESS_LEVEL = 6
+
+
+def _temporary_path(path: str) -> str:
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make the rename itself durable where the OS allows it (POSIX); best effort."""
+    if os.name != "posix":
+        return
+    with contextlib.suppress(OSError):
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` so that no reader ever sees a partial file.
+
+    Parent folders are created as needed. The new file gets the usual
+    permissions (``0o666`` less the umask).
+
+    Args:
+        path: Target file; an existing file is replaced.
+        data: The complete contents (``bytes``, ``bytearray`` or ``memoryview``).
+
+    Raises:
+        TypeError: If ``data`` is not bytes-like.
+        ValueError: If ``path`` is empty or names a folder (ends with a separator).
+        OSError: If the folder cannot be created or the file cannot be written
+            or moved into place; the temporary file is removed first and an
+            existing target is left untouched.
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> atomic_write_bytes(os.path.join(folder, "a", "b.txt"), b"hello")
+    >>> open(os.path.join(folder, "a", "b.txt"), "rb").read()
+    b'hello'
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"data must be bytes, bytearray or memoryview, got {type(data).__name__}")
+    target = os.fspath(path)
+    if not target or os.path.basename(target) == "":
+        raise ValueError(f"path must name a file, got {target!r}")
+    folder = os.path.dirname(os.path.abspath(target))
+    os.makedirs(folder, exist_ok=True)
+    temporary = _temporary_path(os.path.join(folder, os.path.basename(target)))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    descriptor = os.open(temporary, flags, 0o666)
+    try:
+        try:
+            remaining = memoryview(data).cast("B")
+            while remaining:  # os.write may write less than asked
+                remaining = remaining[os.write(descriptor, remaining):]
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _fsync_folder(folder)
+
+
+def _check_picture(array: np.ndarray) -> np.ndarray:
+    picture = np.asarray(array)
+    if picture.dtype != np.uint8:
+        raise ValueError(f"PNG array must have dtype uint8, got {picture.dtype}")
+    if picture.ndim == 3 and picture.shape[2] == 1:
+        picture = picture[:, :, 0]
+    if not (picture.ndim == 2 or (picture.ndim == 3 and picture.shape[2] == 3)):
+        raise ValueError("PNG array must have shape (H, W), (H, W, 1) or (H, W, 3), "
+                         f"got shape {np.shape(array)}")
+    if picture.shape[0] == 0 or picture.shape[1] == 0:
+        raise ValueError(f"PNG array must not be empty, got shape {np.shape(array)}")
+    return np.ascontiguousarray(picture)
+
+
+def encode_png(array: np.ndarray) -> bytes:
+    """Encode a picture as PNG bytes, identically on every run.
+
+    Args:
+        array: ``uint8`` of shape ``(H, W)`` or ``(H, W, 1)`` (saved as 8-bit
+            grayscale) or ``(H, W, 3)`` (saved as 8-bit RGB).
+
+    Returns:
+        The PNG file's bytes: IHDR, IDAT and IEND chunks only.
+
+    Raises:
+        ValueError: If ``array`` is not ``uint8`` of one of those shapes, or is empty.
+    """
+    picture = _check_picture(array)
+    mode = "L" if picture.ndim == 2 else "RGB"
+    buffer = io.BytesIO()
+    image = Image.fromarray(picture)  # uint8 (H, W) -> 'L', (H, W, 3) -> 'RGB'
+    if image.mode != mode:  # cannot happen with the checks above; never save a surprise
+        raise ValueError(f"PNG array gave Pillow mode {image.mode!r}, expected {mode!r}")
+    image.save(buffer, format="PNG", compress_level=PNG_COMPRESS_LEVEL, optimize=False)
+    return buffer.getvalue()
+
+
+def save_png(path: str | os.PathLike[str], array: np.ndarray) -> None:
+    """Save a picture as a PNG file atomically (see :func:`encode_png`).
+
+    Args:
+        path: Target file; parent folders are created.
+        array: ``uint8`` of shape ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)``.
+
+    Raises:
+        ValueError: If ``array`` cannot be encoded (nothing is written then).
+        OSError: If the file cannot be written.
+    """
+    atomic_write_bytes(path, encode_png(array))
+
+
+def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:
+    """Save an array in NumPy's ``.npy`` format atomically, without pickling.
+
+    Args:
+        path: Target file; parent folders are created. No suffix is added.
+        array: A numeric or boolean array.
+
+    Raises:
+        ValueError: If ``array`` holds Python objects (it would need pickle).
+        OSError: If the file cannot be written.
+    """
+    values = np.asarray(array)
+    if values.dtype.hasobject:
+        raise ValueError(f"array must not hold Python objects, got dtype {values.dtype}")
+    buffer = io.BytesIO()
+    np.save(buffer, values, allow_pickle=False)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def resize_map(saliency: np.ndarray, size: Sequence[int]) -> np.ndarray:
+    """Resize a saliency map bilinearly, channel by channel, in 32-bit float.
+
+    Uses Pillow's ``BILINEAR`` filter on mode ``'F'`` images (pixel centres
+    aligned, edges clamped; when shrinking, the filter widens to average every
+    covered pixel). Values are not rescaled: a constant map stays constant.
+
+    Args:
+        saliency: Real array of shape ``(h, w, C)``, ``C >= 1``.
+        size: Target ``(H, W)``, two positive integers (height first, like
+            numpy shapes).
+
+    Returns:
+        ``float32`` array of shape ``(H, W, C)``.
+
+    Raises:
+        ValueError: If ``saliency`` is not a non-empty real 3-D array or
+            ``size`` is not two positive integers.
+
+    >>> resize_map(np.array([[[0.0], [1.0]]]), (1, 4))[0, :, 0].tolist()
+    [0.0, 0.25, 0.75, 1.0]
+    """
+    values = np.asarray(saliency)
+    if values.ndim != 3 or 0 in values.shape:
+        raise ValueError(f"saliency map must have shape (h, w, C) and be non-empty, "
+                         f"got shape {values.shape}")
+    if values.dtype.kind not in "biuf":
+        raise ValueError(f"saliency map must be a real array, got dtype {values.dtype}")
+    if (not isinstance(size, (tuple, list)) or len(size) != 2
+            or not all(isinstance(side, (int, np.integer)) and not isinstance(side, bool)
+                       for side in size)
+            or min(size) < 1):
+        raise ValueError(f"size must be (H, W) with two positive integers, got {size!r}")
+    height, width = int(size[0]), int(size[1])
+    values = values.astype(np.float32, copy=False)
+    resized = np.empty((height, width, values.shape[2]), dtype=np.float32)
+    for channel in range(values.shape[2]):
+        plane = Image.fromarray(np.ascontiguousarray(values[:, :, channel]))  # mode 'F'
+        plane = plane.resize((width, height), resample=Image.Resampling.BILINEAR)
+        resized[:, :, channel] = np.asarray(plane, dtype=np.float32)
+    return resized

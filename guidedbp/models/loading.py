@@ -1,0 +1,443 @@
+"""Load whatever model a TensorFlow user has: .keras, .h5, SavedModel, keras:NAME.
+
+Every loader returns a :class:`LoadedModel`: a callable the engine can trace
+(a ``keras.Model``, or a :class:`FrozenGraph` for SavedModels) plus what the
+rest of guidedbp needs to know about it: input shape, preprocessing, labels.
+
+Expected failures raise :class:`ModelLoadError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import re
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from guidedbp.models import labels as labels_module
+from guidedbp.models.preprocess import KERAS_APPLICATIONS, PREPROCESS_MODES
+
+#: Preprocessing applied to models loaded from files unless --preprocess says otherwise:
+#: raw 0-255 pixels, right for models that rescale inside (a Rescaling layer).
+DEFAULT_FILE_PREPROCESS = "none"
+WEIGHTS_CHOICES = ("imagenet", "none")
+
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+
+class ModelLoadError(Exception):
+    """A model could not be loaded; the message is one line meant for the user."""
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the engine, with what the CLI needs to feed and label it.
+
+    Attributes:
+        model: A callable ``model(images, training=False) -> (N, classes)`` that the
+            engine traces: a ``keras.Model`` or a :class:`FrozenGraph`.
+        source: The spec it was loaded from.
+        format: ``"keras"``, ``"h5"``, ``"savedmodel"``, ``"keras-application"`` or
+            ``"in-memory"``.
+        input_shape: ``(H, W, C)``, ``None`` for free dimensions.
+        preprocess: A :data:`~guidedbp.models.preprocess.PREPROCESS_MODES` entry.
+        preprocess_source: Why that preprocessing was chosen.
+        labels: Class names, or ``None``.
+        labels_source: Where the names come from.
+        notes: Things a user should know before trusting a map.
+    """
+
+    model: object
+    source: str
+    format: str
+    input_shape: tuple
+    preprocess: str
+    preprocess_source: str
+    labels: list[str] | None = None
+    labels_source: str = "none (class indices only)"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return getattr(self.model, "name", None) or Path(self.source).stem
+
+    def __call__(self, images, training: bool = False):
+        return self.model(images, training=training)
+
+
+class FrozenGraph:
+    """A SavedModel signature inlined into one GraphDef, variables frozen to constants.
+
+    Calling it imports the graph into the graph being traced, so every ReLU inside
+    the SavedModel's functions is an ordinary op that the engine's gradient swap
+    reaches. The GraphDef is built once, at load time.
+    """
+
+    def __init__(self, graph_def, input_name: str, output_name: str, input_spec, name: str):
+        self.graph_def = graph_def
+        self.input_name = input_name
+        self.output_name = output_name
+        self.inputs = [input_spec]  # what the engine reads the image shape from
+        self.name = name
+
+    def __call__(self, images, training: bool = False):
+        import tensorflow as tf
+
+        del training  # a SavedModel signature is already in inference mode
+        images = tf.cast(images, self.inputs[0].dtype)
+        (output,) = tf.graph_util.import_graph_def(
+            self.graph_def,
+            input_map={self.input_name: images},
+            return_elements=[self.output_name],
+            name="savedmodel",
+        )
+        return output
+
+
+def load_model(
+    spec,
+    *,
+    signature: str = "serving_default",
+    input_key: str | None = None,
+    output_key: str | None = None,
+    weights: str = "imagenet",
+    unsafe_deserialization: bool = False,
+    custom_objects: str | None = None,
+    preprocess: str | None = None,
+    labels: str | os.PathLike | None = None,
+) -> LoadedModel:
+    """Load a model from a spec: a path, a SavedModel folder or ``keras:NAME``.
+
+    Args:
+        spec: ``model.keras``, ``model.h5``, a SavedModel directory, ``keras:NAME``
+            (any ``keras.applications`` model, case-insensitive), or a ``keras.Model``.
+        signature: SavedModel signature to explain.
+        input_key: The signature input holding the image, where it has several.
+        output_key: The signature output holding the class scores, where it has several.
+        weights: For ``keras:`` models: ``"imagenet"``, ``"none"`` or a weights file.
+        unsafe_deserialization: Allow ``Lambda`` layers (their code runs on load).
+        custom_objects: A Python file or module name whose Keras classes the
+            loader may use.
+        preprocess: Override the preprocessing mode.
+        labels: A labels file (text, JSON list or index->name JSON object).
+
+    Returns:
+        The :class:`LoadedModel`.
+
+    Raises:
+        ModelLoadError: With a one-line reason, for anything that cannot be loaded.
+
+    >>> loaded = load_model("keras:MobileNetV2", weights="none")  # doctest: +SKIP
+    >>> loaded.preprocess, loaded.input_shape  # doctest: +SKIP
+    ('tf', (224, 224, 3))
+    """
+    if preprocess is not None and preprocess not in PREPROCESS_MODES:
+        raise ModelLoadError(
+            f"unknown preprocessing {preprocess!r}: choose one of {', '.join(PREPROCESS_MODES)}"
+        )
+    if isinstance(spec, LoadedModel):
+        loaded = spec
+    elif callable(spec) and not isinstance(spec, (str, os.PathLike)):
+        loaded = _from_keras_object(spec, "in-memory", getattr(spec, "name", "model"))
+    else:
+        spec = os.fspath(spec)
+        if spec.lower().startswith("keras:"):
+            loaded = _load_application(spec, weights)
+        else:
+            loaded = _load_path(spec, signature, input_key, output_key,
+                                unsafe_deserialization, custom_objects)
+    if preprocess is not None:
+        loaded.preprocess, loaded.preprocess_source = preprocess, "--preprocess"
+    if labels is not None:
+        try:
+            loaded.labels = labels_module.load_labels(labels)
+        except (OSError, ValueError) as error:
+            raise ModelLoadError(_one_line(error)) from error
+        loaded.labels_source = os.fspath(labels)
+    return loaded
+
+
+def resolve(model) -> LoadedModel:
+    """A :class:`LoadedModel` from anything :func:`load_model` takes (used by the engine)."""
+    return model if isinstance(model, LoadedModel) else load_model(model)
+
+
+# -- keras.applications ------------------------------------------------------------------
+
+
+def _load_application(spec: str, weights: str) -> LoadedModel:
+    key = spec.split(":", 1)[1].strip().lower()
+    entry = KERAS_APPLICATIONS.get(key)
+    if entry is None:
+        close = [e.name for k, e in KERAS_APPLICATIONS.items() if k.startswith(key[:4])] or [
+            "ResNet50", "MobileNetV2", "EfficientNetB0"
+        ]
+        raise ModelLoadError(
+            f"unknown Keras application {spec!r}: try "
+            + ", ".join(f"keras:{name}" for name in close[:6])
+        )
+    weights_arg = _application_weights(weights)
+    import keras
+
+    constructor = getattr(keras.applications, entry.name)
+    try:
+        model = constructor(weights=weights_arg)
+    except Exception as error:  # Keras raises bare Exception for a failed download
+        raise ModelLoadError(_weights_error(entry.name, weights, error)) from error
+    loaded = _from_keras_object(model, "keras-application", spec)
+    loaded.preprocess = entry.preprocess
+    loaded.preprocess_source = f"{entry.name}'s own preprocess_input"
+    if model.output_shape[-1] == 1000:
+        loaded.labels = labels_module.imagenet_labels()
+        loaded.labels_source = "ImageNet-1k class names bundled with guidedbp"
+    if weights_arg is None:
+        loaded.notes.append(
+            "random weights (--weights none): maps show the edges a random network "
+            "responds to, not an explanation"
+        )
+    return loaded
+
+
+def _application_weights(weights: str):
+    if weights is None or weights.lower() == "none":
+        return None
+    if weights.lower() == "imagenet":
+        return "imagenet"
+    if not os.path.isfile(weights):
+        raise ModelLoadError(f"weights file {weights!r} not found (use imagenet, none or a path)")
+    return weights
+
+
+def _weights_error(name: str, weights: str, error: Exception) -> str:
+    reason = _one_line(error)
+    if weights.lower() != "imagenet":
+        return f"cannot load weights {weights!r} into {name}: {reason}"
+    url = re.search(r"https?://\S+?\.h5", str(error))
+    cache = os.path.join(os.environ.get("KERAS_HOME", os.path.expanduser("~/.keras")), "models")
+    if url:
+        filename = url.group(0).rsplit("/", 1)[1]
+        where = f"put {filename} (from {url.group(0)}) in {cache}/"
+    else:
+        where = f"put {name}'s weights file in {cache}/"
+    return (
+        f"could not download ImageNet weights for {name} ({reason}): "
+        f"{where}, or pass --weights PATH"
+    )
+
+
+# -- files and folders -----------------------------------------------------------------
+
+
+def _load_path(spec, signature, input_key, output_key, unsafe, custom_objects) -> LoadedModel:
+    path = Path(spec)
+    if not path.exists():
+        raise ModelLoadError(f"model {spec!r} not found")
+    if path.is_dir():
+        if not (path / "saved_model.pb").is_file() and not (path / "saved_model.pbtxt").is_file():
+            raise ModelLoadError(
+                f"{spec!r} is a directory but not a SavedModel (it has no saved_model.pb)"
+            )
+        return _load_saved_model(spec, signature, input_key, output_key)
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+    if not head:
+        raise ModelLoadError(f"{spec!r} is empty, not a model file")
+    if head.startswith(_HDF5_MAGIC):
+        file_format = "h5"
+    elif head.startswith(b"PK"):
+        file_format = "keras"
+    else:
+        raise ModelLoadError(
+            f"{spec!r} is not a model file guidedbp reads (.keras, .h5, or a SavedModel folder)"
+        )
+    objects = _import_custom_objects(custom_objects)
+    return _load_keras_file(spec, file_format, unsafe, objects)
+
+
+def _load_keras_file(spec: str, file_format: str, unsafe: bool, objects: dict) -> LoadedModel:
+    import keras
+
+    if file_format == "keras" and not _zip_is_whole(spec):
+        raise ModelLoadError(f"{spec!r} is truncated or corrupt: not a readable .keras archive")
+    try:
+        model = keras.models.load_model(
+            spec, custom_objects=objects, compile=False, safe_mode=not unsafe
+        )
+    except Exception as error:  # Keras raises many types; we classify by message
+        raise ModelLoadError(_keras_load_error(spec, error)) from error
+    if not isinstance(model, keras.Model):
+        raise ModelLoadError(f"{spec!r} holds a {type(model).__name__}, not a Keras model")
+    loaded = _from_keras_object(model, file_format, spec)
+    return loaded
+
+
+def _zip_is_whole(path: str) -> bool:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is None
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return False
+
+
+def _keras_load_error(spec: str, error: Exception) -> str:
+    text = str(error)
+    if "Lambda" in text and ("safe_mode" in text or "unsafe" in text):
+        return (
+            f"{spec!r} contains a Lambda layer, whose code runs when the model loads; "
+            "if you trust this file, pass --unsafe-deserialization"
+        )
+    unknown = re.search(r"Unknown (?:layer|object|class)[^'`\"]*['`\"]([\w.>]+)", text) or re.search(
+        r"Could not locate class '([\w.]+)'", text
+    )
+    if unknown:
+        return (
+            f"{spec!r} uses {unknown.group(1)!r}, which is not a known Keras class: "
+            "pass --custom-objects FILE_OR_MODULE defining it"
+        )
+    if isinstance(error, (OSError, EOFError)) or "truncated" in text.lower() or "signature" in text:
+        return f"{spec!r} is truncated or corrupt: {_one_line(error)}"
+    return f"cannot load {spec!r}: {_one_line(error)}"
+
+
+def _import_custom_objects(source: str | None) -> dict:
+    """Import a Python file or module; its Keras classes become loadable."""
+    if not source:
+        return {}
+    try:
+        if source.endswith(".py") or os.path.sep in source:
+            if not os.path.isfile(source):
+                raise ModelLoadError(f"custom objects file {source!r} not found")
+            name = "guidedbp_custom_objects_" + re.sub(r"\W", "_", Path(source).stem)
+            module_spec = importlib.util.spec_from_file_location(name, source)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(source)
+    except ModelLoadError:
+        raise
+    except Exception as error:
+        raise ModelLoadError(f"cannot import custom objects {source!r}: {_one_line(error)}") from error
+    import keras
+
+    # Registered classes are found by Keras itself; plain ones by their class name.
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if isinstance(value, type) and issubclass(value, (keras.layers.Layer, keras.Model))
+    }
+
+
+def _from_keras_object(model, file_format: str, source: str) -> LoadedModel:
+    try:
+        inputs = model.inputs
+    except (AttributeError, ValueError):
+        inputs = None
+    if inputs is not None and len(inputs) != 1:
+        raise ModelLoadError(f"{source!r} has {len(inputs)} inputs; guidedbp explains one image input")
+    shape = tuple(inputs[0].shape[1:]) if inputs else (None, None, None)
+    if len(shape) != 3:
+        raise ModelLoadError(f"{source!r} takes inputs of shape {shape}, not (H, W, C) images")
+    loaded = LoadedModel(
+        model=model,
+        source=source,
+        format=file_format,
+        input_shape=shape,
+        preprocess=DEFAULT_FILE_PREPROCESS,
+        preprocess_source="default for model files (raw 0-255 pixels)",
+    )
+    if file_format != "keras-application" and not _rescales_itself(model):
+        loaded.notes.append(
+            "no Rescaling/Normalization layer at the input: if the model was trained on "
+            "scaled pixels, pass --preprocess scale01|tf|caffe|torch"
+        )
+    return loaded
+
+
+def _rescales_itself(model) -> bool:
+    import keras
+
+    scalers = (keras.layers.Rescaling, keras.layers.Normalization)
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if isinstance(layer, scalers):
+            return True
+    return False
+
+
+# -- SavedModels -------------------------------------------------------------------------
+
+
+def _load_saved_model(spec, signature, input_key, output_key) -> LoadedModel:
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    try:
+        saved = tf.saved_model.load(spec)
+    except Exception as error:
+        raise ModelLoadError(f"{spec!r} is not a readable SavedModel: {_one_line(error)}") from error
+    signatures = dict(saved.signatures)
+    if signature not in signatures:
+        names = ", ".join(signatures) or "none"
+        raise ModelLoadError(f"{spec!r} has no signature {signature!r} (it has: {names})")
+    function = signatures[signature]
+    input_specs = function.structured_input_signature[1]
+    in_key = _pick(spec, "input", input_specs, input_key, "--input-key")
+    out_key = _pick(spec, "output", function.structured_outputs, output_key, "--output-key")
+    input_spec = input_specs[in_key]
+    if not input_spec.dtype.is_floating:
+        raise ModelLoadError(
+            f"{spec!r} takes {input_spec.dtype.name} input {in_key!r}; gradients need a float input"
+        )
+    if input_spec.shape.rank != 4:
+        raise ModelLoadError(
+            f"{spec!r} input {in_key!r} has shape {input_spec.shape}, not (N, H, W, C) images"
+        )
+    try:
+        frozen = convert_variables_to_constants_v2(function)
+    except Exception as error:
+        raise ModelLoadError(f"cannot inline {spec!r}'s graph: {_one_line(error)}") from error
+    flat_inputs = tf.nest.flatten(function.structured_input_signature, expand_composites=True)
+    placeholder = frozen.inputs[[s.name for s in flat_inputs].index(input_spec.name)]
+    # Frozen outputs come in tf.nest's flattening order of the signature's outputs.
+    output_keys = tf.nest.flatten({key: key for key in function.structured_outputs})
+    output = frozen.outputs[output_keys.index(out_key)]
+    graph = FrozenGraph(
+        frozen.graph.as_graph_def(),
+        input_name=placeholder.name,
+        output_name=output.name,
+        input_spec=tf.TensorSpec((None, *input_spec.shape[1:]), input_spec.dtype),
+        name=Path(spec).name,
+    )
+    return LoadedModel(
+        model=graph,
+        source=spec,
+        format="savedmodel",
+        input_shape=tuple(input_spec.shape[1:]),
+        preprocess=DEFAULT_FILE_PREPROCESS,
+        preprocess_source="default for model files (raw 0-255 pixels)",
+    )
+
+
+def _pick(spec: str, what: str, mapping: dict, key: str | None, flag: str) -> str:
+    if key is not None:
+        if key not in mapping:
+            raise ModelLoadError(
+                f"{spec!r} has no {what} {key!r} (it has: {', '.join(mapping)})"
+            )
+        return key
+    if len(mapping) != 1:
+        raise ModelLoadError(
+            f"{spec!r} has {len(mapping)} {what}s ({', '.join(mapping)}): choose one with {flag}"
+        )
+    return next(iter(mapping))
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,369 @@
+"""Input preprocessing and resizing for image classifiers (numpy and Pillow only).
+
+:func:`preprocess` reproduces the ``preprocess_input`` functions of
+``keras.applications`` without importing Keras; :data:`KERAS_APPLICATIONS` says which
+mode and input size each application uses. :func:`fit` resizes an image to a model's
+input size and returns a :class:`Placement` that maps a model-resolution saliency map
+back onto the original image.
+
+>>> import numpy as np
+>>> preprocess(np.array([[[0, 255, 51]]], dtype=np.uint8), "scale01")
+array([[[0. , 1. , 0.2]]], dtype=float32)
+>>> KERAS_APPLICATIONS["resnet50"]
+KerasApplication(name='ResNet50', preprocess='caffe', default_size=224)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+from PIL import Image
+
+__all__ = [
+    "KERAS_APPLICATIONS",
+    "PREPROCESS_MODES",
+    "RESIZE_MODES",
+    "KerasApplication",
+    "Placement",
+    "fit",
+    "preprocess",
+]
+
+#: Pixel preprocessing modes understood by :func:`preprocess`.
+PREPROCESS_MODES = ("none", "scale01", "tf", "caffe", "torch")
+
+#: How :func:`fit` brings an image to the model's input size.
+RESIZE_MODES = ("stretch", "crop", "pad")
+
+# BGR order, as keras.applications.imagenet_utils uses after flipping RGB to BGR.
+_CAFFE_MEAN_BGR = np.array([103.939, 116.779, 123.68], dtype=np.float32)
+_TORCH_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+_TORCH_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+_GRAY_MODES = ("none", "scale01", "tf")
+
+
+def preprocess(pixels: np.ndarray, mode: str) -> np.ndarray:
+    """Scale RGB pixel values in 0..255 the way a model family expects.
+
+    Modes (the names ``keras.applications`` uses):
+
+    - ``"none"``: unchanged, as float32 (models that rescale inside themselves);
+    - ``"scale01"``: ``x / 255``, to 0..1;
+    - ``"tf"``: ``x / 127.5 - 1``, to -1..1;
+    - ``"caffe"``: RGB to BGR, then subtract the ImageNet mean ``[103.939, 116.779,
+      123.68]`` (BGR order), no scaling;
+    - ``"torch"``: ``x / 255``, minus mean ``[0.485, 0.456, 0.406]``, divided by std
+      ``[0.229, 0.224, 0.225]`` (RGB order).
+
+    Args:
+        pixels: ``uint8`` or float array of shape ``(N, H, W, C)`` or ``(H, W, C)``,
+            RGB when ``C == 3``, values in 0..255. It is not modified.
+        mode: One of :data:`PREPROCESS_MODES`. ``"caffe"`` and ``"torch"`` need
+            ``C == 3``.
+
+    Returns:
+        A new float32 array of the same shape.
+
+    Raises:
+        ValueError: Unknown mode, wrong number of dimensions, a non-numeric dtype, or a
+            channel count the mode cannot handle.
+
+    >>> import numpy as np
+    >>> preprocess(np.full((1, 1, 3), 255, dtype=np.uint8), "tf")
+    array([[[1., 1., 1.]]], dtype=float32)
+    """
+    if mode not in PREPROCESS_MODES:
+        raise ValueError(
+            f"unknown preprocess mode {mode!r}; expected one of {', '.join(PREPROCESS_MODES)}"
+        )
+    array = np.asarray(pixels)
+    if array.ndim not in (3, 4):
+        raise ValueError(
+            f"pixels must have shape (N, H, W, C) or (H, W, C), got shape {array.shape}"
+        )
+    if array.dtype == np.bool_ or not (
+        np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
+    ):
+        raise ValueError(f"pixels must be an integer or float array, got dtype {array.dtype}")
+    channels = array.shape[-1]
+    if mode not in _GRAY_MODES and channels != 3:
+        raise ValueError(
+            f"preprocess mode {mode!r} needs 3 (RGB) channels, got {channels}; "
+            f"with {channels} channel(s) use one of {', '.join(_GRAY_MODES)}"
+        )
+    values = array.astype(np.float32)  # always a copy
+    if mode == "scale01":
+        values /= 255.0
+    elif mode == "tf":
+        values /= 127.5
+        values -= 1.0
+    elif mode == "caffe":
+        values = values[..., ::-1] - _CAFFE_MEAN_BGR
+    elif mode == "torch":
+        values /= 255.0
+        values -= _TORCH_MEAN
+        values /= _TORCH_STD
+    return np.ascontiguousarray(values, dtype=np.float32)
+
+
+class KerasApplication(NamedTuple):
+    """One ``keras.applications`` model: its name, preprocessing and default input side."""
+
+    name: str
+    """Constructor name in ``keras.applications``, e.g. ``"ResNet50"``."""
+    preprocess: str
+    """The :data:`PREPROCESS_MODES` entry its ``preprocess_input`` performs."""
+    default_size: int
+    """Default input height and width (ImageNet weights are trained at this size)."""
+
+
+def _table(preprocess_mode: str, *sized_names: tuple[str, int]) -> dict[str, KerasApplication]:
+    return {
+        name.lower(): KerasApplication(name, preprocess_mode, size) for name, size in sized_names
+    }
+
+
+#: Every model constructor in ``keras.applications`` (Keras 3.15), keyed by lower-cased
+#: name. ``"none"`` marks models that rescale their input themselves, whose
+#: ``preprocess_input`` is the identity (MobileNetV3, EfficientNet, EfficientNetV2,
+#: ConvNeXt). MobileNetV3 accepts any size of at least 32; its weights are for 224.
+KERAS_APPLICATIONS: dict[str, KerasApplication] = {
+    **_table("caffe", ("ResNet50", 224), ("ResNet101", 224), ("ResNet152", 224)),
+    **_table("caffe", ("VGG16", 224), ("VGG19", 224)),
+    **_table("tf", ("ResNet50V2", 224), ("ResNet101V2", 224), ("ResNet152V2", 224)),
+    **_table("tf", ("InceptionV3", 299), ("InceptionResNetV2", 299), ("Xception", 299)),
+    **_table("tf", ("MobileNet", 224), ("MobileNetV2", 224)),
+    **_table("tf", ("NASNetMobile", 224), ("NASNetLarge", 331)),
+    **_table("torch", ("DenseNet121", 224), ("DenseNet169", 224), ("DenseNet201", 224)),
+    **_table("none", ("MobileNetV3Small", 224), ("MobileNetV3Large", 224)),
+    **_table(
+        "none",
+        ("EfficientNetB0", 224),
+        ("EfficientNetB1", 240),
+        ("EfficientNetB2", 260),
+        ("EfficientNetB3", 300),
+        ("EfficientNetB4", 380),
+        ("EfficientNetB5", 456),
+        ("EfficientNetB6", 528),
+        ("EfficientNetB7", 600),
+    ),
+    **_table(
+        "none",
+        ("EfficientNetV2B0", 224),
+        ("EfficientNetV2B1", 240),
+        ("EfficientNetV2B2", 260),
+        ("EfficientNetV2B3", 300),
+        ("EfficientNetV2S", 384),
+        ("EfficientNetV2M", 480),
+        ("EfficientNetV2L", 480),
+    ),
+    **_table(
+        "none",
+        ("ConvNeXtTiny", 224),
+        ("ConvNeXtSmall", 224),
+        ("ConvNeXtBase", 224),
+        ("ConvNeXtLarge", 224),
+        ("ConvNeXtXLarge", 224),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a model input came from in the original image, as :func:`fit` made it.
+
+    :func:`fit` resizes the whole original image to ``scaled_size`` and then takes the
+    window ``box`` of that scaled image as the model input, with zeros wherever the
+    window reaches past the scaled image (the padding of ``"pad"`` mode).
+
+    Attributes:
+        mode: The :data:`RESIZE_MODES` entry used.
+        original_size: ``(height, width)`` of the original image.
+        size: ``(height, width)`` of the model input.
+        scaled_size: ``(height, width)`` the original image was resized to.
+        box: ``(top, left, bottom, right)`` of the model input window in scaled-image
+            pixels; ``bottom - top`` and ``right - left`` equal ``size``. Inside the
+            scaled image for ``"crop"``; with negative ``top``/``left`` for ``"pad"``.
+    """
+
+    mode: str
+    original_size: tuple[int, int]
+    size: tuple[int, int]
+    scaled_size: tuple[int, int]
+    box: tuple[int, int, int, int]
+
+    @property
+    def content_box(self) -> tuple[int, int, int, int]:
+        """``(top, left, bottom, right)`` of the model input that shows the image (not padding)."""
+        top, left, _, _ = self.box
+        return (
+            max(0, -top),
+            max(0, -left),
+            min(self.size[0], self.scaled_size[0] - top),
+            min(self.size[1], self.scaled_size[1] - left),
+        )
+
+    @property
+    def original_box(self) -> tuple[int, int, int, int]:
+        """``(top, left, bottom, right)`` of the original image that the model sees.
+
+        Rounded to whole original pixels; the whole image for ``"stretch"`` and ``"pad"``.
+        """
+        top, left, bottom, right = self.box
+        (original_h, original_w), (scaled_h, scaled_w) = self.original_size, self.scaled_size
+        rows = _scale_span(max(top, 0), min(bottom, scaled_h), original_h, scaled_h)
+        cols = _scale_span(max(left, 0), min(right, scaled_w), original_w, scaled_w)
+        return (rows[0], cols[0], rows[1], cols[1])
+
+    def to_original(self, array: np.ndarray) -> np.ndarray:
+        """Map a model-resolution map back onto the original image's pixel grid.
+
+        The part of ``array`` that shows image content (:attr:`content_box`) is resized
+        bilinearly onto :attr:`original_box`; original pixels the model never saw (cut
+        away by ``"crop"``) are 0. Padding is dropped.
+
+        Args:
+            array: ``(height, width, K)`` or ``(height, width)`` map with
+                ``(height, width) == size``.
+
+        Returns:
+            A new float32 array of shape ``(H0, W0, K)`` (or ``(H0, W0)`` for 2-D
+            input), where ``(H0, W0) == original_size``.
+
+        Raises:
+            ValueError: ``array`` is not 2-D or 3-D, or its height and width are not
+                :attr:`size`.
+        """
+        values = np.asarray(array)
+        if values.ndim not in (2, 3) or values.shape[:2] != tuple(self.size):
+            raise ValueError(
+                f"array must have shape ({self.size[0]}, {self.size[1]}, K) or "
+                f"({self.size[0]}, {self.size[1]}), got shape {values.shape}"
+            )
+        flat = values.ndim == 2
+        stack = values[..., np.newaxis] if flat else values
+        c_top, c_left, c_bottom, c_right = self.content_box
+        o_top, o_left, o_bottom, o_right = self.original_box
+        content = stack[c_top:c_bottom, c_left:c_right, :]
+        out = np.zeros((*self.original_size, stack.shape[2]), dtype=np.float32)
+        out[o_top:o_bottom, o_left:o_right, :] = _resize_float(
+            content, (o_bottom - o_top, o_right - o_left)
+        )
+        return out[..., 0] if flat else out
+
+
+def fit(
+    image: np.ndarray, size: tuple[int, int], mode: str = "stretch"
+) -> tuple[np.ndarray, Placement]:
+    """Resize an image to a model's input size and record how, to map results back.
+
+    Modes (all resize with Pillow's bilinear filter):
+
+    - ``"stretch"`` (default): resize to ``size`` ignoring the aspect ratio, as Keras'
+      image loading does (``image_dataset_from_directory`` also resizes bilinearly);
+    - ``"crop"``: scale so the image covers ``size``, then cut the centre;
+    - ``"pad"``: scale so the image fits inside ``size``, then centre it on zeros.
+
+    Args:
+        image: ``uint8`` array of shape ``(H, W, C)`` with ``C`` 1 or 3. Not modified.
+        size: ``(height, width)`` of the model input, positive ints.
+        mode: One of :data:`RESIZE_MODES`.
+
+    Returns:
+        ``(resized, placement)``: a new ``uint8`` array of shape ``(height, width, C)``
+        and the :class:`Placement` that maps maps of that shape back.
+
+    Raises:
+        ValueError: Unknown mode, a bad size, or an image that is not ``uint8``
+            ``(H, W, 1 or 3)``.
+
+    >>> import numpy as np
+    >>> resized, placement = fit(np.zeros((100, 200, 3), np.uint8), (50, 50), "crop")
+    >>> resized.shape, placement.box, placement.original_box
+    ((50, 50, 3), (0, 25, 50, 75), (0, 50, 100, 150))
+    """
+    if mode not in RESIZE_MODES:
+        raise ValueError(f"unknown resize mode {mode!r}; expected one of {', '.join(RESIZE_MODES)}")
+    height, width = _check_size(size)
+    pixels = np.asarray(image)
+    if pixels.dtype != np.uint8 or pixels.ndim != 3 or pixels.shape[2] not in (1, 3):
+        raise ValueError(
+            f"image must be a uint8 array of shape (H, W, 1) or (H, W, 3), "
+            f"got dtype {pixels.dtype} and shape {pixels.shape}"
+        )
+    if pixels.shape[0] < 1 or pixels.shape[1] < 1:
+        raise ValueError(f"image must not be empty, got shape {pixels.shape}")
+    original_h, original_w = pixels.shape[:2]
+    if mode == "stretch":
+        scaled_h, scaled_w = height, width
+    else:
+        pick = max if mode == "crop" else min
+        scale = pick(height / original_h, width / original_w)
+        scaled_h = max(1, round(original_h * scale))
+        scaled_w = max(1, round(original_w * scale))
+        # Rounding must not leave a gap (crop) or overflow (pad) on the matched side.
+        clamp = max if mode == "crop" else min
+        scaled_h, scaled_w = clamp(scaled_h, height), clamp(scaled_w, width)
+    if mode == "pad":  # the window reaches past the scaled image: negative top/left
+        top, left = -((height - scaled_h) // 2), -((width - scaled_w) // 2)
+    else:
+        top, left = (scaled_h - height) // 2, (scaled_w - width) // 2
+    placement = Placement(
+        mode=mode,
+        original_size=(original_h, original_w),
+        size=(height, width),
+        scaled_size=(scaled_h, scaled_w),
+        box=(top, left, top + height, left + width),
+    )
+    scaled = _resize_uint8(pixels, (scaled_h, scaled_w))
+    out = np.zeros((height, width, pixels.shape[2]), dtype=np.uint8)
+    c_top, c_left, c_bottom, c_right = placement.content_box
+    out[c_top:c_bottom, c_left:c_right] = scaled[
+        c_top + top : c_bottom + top, c_left + left : c_right + left
+    ]
+    return out, placement
+
+
+def _check_size(size: tuple[int, int]) -> tuple[int, int]:
+    try:
+        height, width = size
+    except (TypeError, ValueError):
+        raise ValueError(f"size must be (height, width), got {size!r}") from None
+    for side in (height, width):
+        if isinstance(side, bool) or not isinstance(side, (int, np.integer)) or side < 1:
+            raise ValueError(f"size must be two positive ints (height, width), got {size!r}")
+    return int(height), int(width)
+
+
+def _scale_span(start: int, stop: int, original: int, scaled: int) -> tuple[int, int]:
+    """Map ``[start, stop)`` in scaled pixels to whole original pixels (at least one)."""
+    first = min(original - 1, round(start * original / scaled))
+    last = max(first + 1, min(original, round(stop * original / scaled)))
+    return first, last
+
+
+def _resize_uint8(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    if pixels.shape[:2] == size:
+        return pixels.copy()
+    image = Image.fromarray(pixels[..., 0] if pixels.shape[2] == 1 else pixels)
+    resized = np.array(image.resize((size[1], size[0]), Image.Resampling.BILINEAR))
+    return resized.reshape(size[0], size[1], pixels.shape[2])
+
+
+def _resize_float(values: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Bilinear resize of ``(h, w, K)`` to ``(size[0], size[1], K)`` float32, per channel."""
+    values = values.astype(np.float32, copy=False)
+    if values.shape[:2] == size:
+        return values.copy()
+    channels = [
+        np.asarray(
+            Image.fromarray(np.ascontiguousarray(values[..., k])).resize(
+                (size[1], size[0]), Image.Resampling.BILINEAR
+            ),
+            dtype=np.float32,
+        )
+        for k in range(values.shape[2])
+    ]
+    return np.stack(channels, axis=2) if channels else np.zeros((*size, 0), np.float32)

@@ -1,0 +1,58 @@
+"""Render saliency maps as pictures; numpy and Pillow only, never TensorFlow.
+
+Every function takes a saliency map of shape ``(H, W, 1)`` or ``(H, W, 3)``
+(and, for overlays and panels, the original ``uint8`` image of the same size)
+and returns a ``uint8`` array ready to save. The same input gives the same
+pixels on every run and machine. See :mod:`guidedbp.render.maps` for the
+renders, :mod:`guidedbp.render.panel` for side-by-side panels and
+:mod:`guidedbp.render.colormaps` for the colormaps and their sources and
+licences.
+
+>>> import numpy as np
+>>> from guidedbp.render import DEFAULT_RENDERS, render
+>>> DEFAULT_RENDERS
+('color', 'overlay')
+>>> render("color", np.zeros((2, 2, 3), np.float32)).shape
+(2, 2, 3)
+"""
+
+from guidedbp.render.colormaps import (
+    COLORMAPS,
+    DEFAULT_COLORMAP,
+    apply_colormap,
+    colormap_lut,
+    colormap_names,
+)
+from guidedbp.render.maps import (
+    DEFAULT_ALPHA,
+    DEFAULT_CLIP,
+    DEFAULT_RENDERS,
+    RENDERS,
+    magnitude,
+    render,
+    render_color,
+    render_gray,
+    render_heatmap,
+    render_overlay,
+)
+from guidedbp.render.panel import PANEL_GAP, render_panel
+
+__all__ = [
+    "COLORMAPS",
+    "DEFAULT_ALPHA",
+    "DEFAULT_CLIP",
+    "DEFAULT_COLORMAP",
+    "DEFAULT_RENDERS",
+    "PANEL_GAP",
+    "RENDERS",
+    "apply_colormap",
+    "colormap_lut",
+    "colormap_names",
+    "magnitude",
+    "render",
+    "render_color",
+    "render_gray",
+    "render_heatmap",
+    "render_overlay",
+    "render_panel",
+]

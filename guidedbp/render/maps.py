@@ -1,0 +1,337 @@
+"""Turn saliency maps into pictures: pure numpy and Pillow, fully deterministic.
+
+A saliency map here is a real array of shape ``(H, W, C)`` with ``C`` 1 or 3:
+the gradient of a class score with respect to the input pixels, as the engine
+returns it (float32). Renders that also show the photograph take the original
+image as ``uint8`` of shape ``(H, W, 3)``, ``(H, W, 1)`` or ``(H, W)`` and the
+SAME ``H`` and ``W``: resizing is the caller's job (``guidedbp.io.write.resize_map``).
+Every render returns ``uint8``, ``(H, W, 3)`` or ``(H, W)``, ready to save.
+Float to ``uint8`` conversions round to nearest with halves up
+(``floor(v * 255 + 0.5)``), so the same input gives the same bytes everywhere.
+
+Renders (:data:`RENDERS`):
+
+- ``color``: the classic guided-backprop picture (Springenberg et al., 2015,
+  "Striving for Simplicity: The All Convolutional Net", arXiv:1412.6806), the
+  signed gradient normalised per image as in Keras' ``deprocess_image``:
+  ``clip((x - mean) / (std + 1e-12) * 0.1 + 0.5, 0, 1)``.
+- ``gray``: the magnitude ``max_c |g|`` scaled so its ``clip`` percentile is white.
+- ``heatmap``: ``gray`` through a colormap (default ``inferno``).
+- ``overlay``: ``heatmap`` blended onto the image.
+- ``panel``: image, ``color``, ``heatmap`` and ``overlay`` side by side, titled,
+  with an optional caption line (for example ``"tabby (class 281) p=0.873"``).
+
+:data:`DEFAULT_RENDERS` is ``("color", "overlay")``: ``color`` is the picture the
+method is known for and needs nothing but the map, and ``overlay`` answers
+"where in my photo?" at the photo's own size. ``panel`` repeats both and adds
+text, so it is asked for explicitly; ``gray`` and ``heatmap`` are raw
+ingredients for people who post-process.
+
+Colormap data (inferno/viridis/magma/plasma: CC0, matplotlib; cividis:
+BSD-style, Battelle/PNNL; turbo: Apache-2.0, Google) is described in
+``guidedbp/render/colormaps.py`` and ``guidedbp/render/data/SOURCES.md``.
+
+>>> import numpy as np
+>>> from guidedbp.render import render_color, render_gray
+>>> render_color(np.zeros((1, 1, 3), np.float32)).tolist()
+[[[128, 128, 128]]]
+>>> render_gray(np.array([[[0.0], [2.0]]], np.float32), clip=100.0).tolist()
+[[0, 255]]
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from guidedbp.render.colormaps import DEFAULT_COLORMAP, apply_colormap
+from guidedbp.render.panel import _as_rgb, render_panel
+
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_CLIP",
+    "DEFAULT_RENDERS",
+    "RENDERS",
+    "magnitude",
+    "render",
+    "render_color",
+    "render_gray",
+    "render_heatmap",
+    "render_overlay",
+]
+
+#: Every render name, in the order the CLI lists them.
+RENDERS = ("color", "gray", "heatmap", "overlay", "panel")
+#: Renders written when the user asks for none (see the module docstring).
+DEFAULT_RENDERS = ("color", "overlay")
+#: Percentile of the magnitude that maps to full intensity.
+DEFAULT_CLIP = 99.0
+#: Weight of the heatmap in an overlay.
+DEFAULT_ALPHA = 0.5
+
+_STD_EPSILON = 1e-12  # added to the standard deviation, as in Keras' deprocess_image
+_COLOR_SCALE = 0.1  # one standard deviation becomes 0.1 of the intensity range
+
+
+def _to_uint8(values01: np.ndarray) -> np.ndarray:
+    """[0, 1] floats to uint8, round half up; callers have clipped already."""
+    return np.clip(np.floor(values01 * 255.0 + 0.5), 0, 255).astype(np.uint8)
+
+
+def _check_saliency(saliency: np.ndarray) -> np.ndarray:
+    """Validate a saliency map and return it as float64 (H, W, C)."""
+    array = np.asarray(saliency)
+    if array.ndim != 3 or array.shape[2] not in (1, 3):
+        raise ValueError(
+            f"saliency map must have shape (H, W, 1) or (H, W, 3), got shape {array.shape}")
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"saliency map must be a real array, got dtype {array.dtype}")
+    if array.shape[0] == 0 or array.shape[1] == 0:
+        raise ValueError(f"saliency map must not be empty, got shape {array.shape}")
+    array = array.astype(np.float64, copy=False)
+    if not np.all(np.isfinite(array)):
+        raise ValueError("saliency map must be finite, got NaN or infinite values")
+    return array
+
+
+def _real_or_nan(value: object) -> float:
+    """``float(value)`` for a real number; NaN (fails every range check) otherwise."""
+    if isinstance(value, (bool, np.bool_)):
+        return math.nan
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return float(value)
+    return math.nan
+
+
+def _check_clip(clip: float) -> float:
+    value = _real_or_nan(clip)
+    if not (0.0 < value <= 100.0):  # NaN fails too
+        raise ValueError(f"clip must be a percentile in (0, 100], got {clip!r}")
+    return value
+
+
+def _check_alpha(alpha: float) -> float:
+    value = _real_or_nan(alpha)
+    if not (0.0 <= value <= 1.0):
+        raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
+    return value
+
+
+def magnitude(saliency: np.ndarray) -> np.ndarray:
+    """Per-pixel gradient magnitude: the largest absolute value over channels.
+
+    Args:
+        saliency: Real array of shape ``(H, W, 1)`` or ``(H, W, 3)``.
+
+    Returns:
+        ``float32`` array of shape ``(H, W)``.
+
+    Raises:
+        ValueError: If ``saliency`` has the wrong shape or dtype, is empty, or is
+            not finite.
+
+    >>> magnitude(np.array([[[1.0, -3.0, 2.0]]])).tolist()
+    [[3.0]]
+    """
+    return np.max(np.abs(_check_saliency(saliency)), axis=2).astype(np.float32)
+
+
+def _magnitude01(saliency: np.ndarray, clip: float) -> np.ndarray:
+    """Magnitude divided by its ``clip`` percentile and clipped to [0, 1] (float64)."""
+    clip = _check_clip(clip)
+    values = np.max(np.abs(_check_saliency(saliency)), axis=2)
+    ceiling = float(np.percentile(values, clip, method="linear"))
+    if ceiling <= 0.0:
+        # A map that is zero above the clip percentile (very sparse) falls back to
+        # its maximum, so its few non-zero pixels still show; an all-zero map stays 0.
+        ceiling = float(values.max())
+    if ceiling <= 0.0:
+        return np.zeros(values.shape, dtype=np.float64)
+    return np.clip(values / ceiling, 0.0, 1.0)
+
+
+def render_color(saliency: np.ndarray) -> np.ndarray:
+    """Render the signed gradient as the classic guided-backprop colour picture.
+
+    Each value becomes ``clip((x - mean) / (std + 1e-12) * 0.1 + 0.5, 0, 1)``,
+    with the mean and standard deviation taken over the whole map (all pixels
+    and channels), then ``floor(v * 255 + 0.5)``. Zero gradient is mid-gray.
+
+    Args:
+        saliency: Real array of shape ``(H, W, 1)`` or ``(H, W, 3)``; a single
+            channel is repeated to three.
+
+    Returns:
+        ``uint8`` array of shape ``(H, W, 3)``. A constant map (all zeros
+        included) gives uniform 128.
+
+    Raises:
+        ValueError: If ``saliency`` has the wrong shape or dtype, is empty, or is
+            not finite.
+
+    >>> render_color(np.array([[[1.0], [-1.0]]])).reshape(2, 3).tolist()
+    [[153, 153, 153], [102, 102, 102]]
+    """
+    values = _check_saliency(saliency)
+    if np.ptp(values) == 0.0:
+        # A constant map has no contrast; without this a float rounding residue in
+        # x - mean would be divided by a ~0 std and blow up to black or white.
+        scaled = np.full(values.shape, 0.5)
+    else:
+        centered = values - values.mean()
+        scaled = centered / (centered.std() + _STD_EPSILON) * _COLOR_SCALE + 0.5
+    rgb = _to_uint8(np.clip(scaled, 0.0, 1.0))
+    if rgb.shape[2] == 1:
+        rgb = np.repeat(rgb, 3, axis=2)
+    return rgb
+
+
+def render_gray(saliency: np.ndarray, clip: float = DEFAULT_CLIP) -> np.ndarray:
+    """Render the gradient magnitude as a grayscale image.
+
+    The magnitude (:func:`magnitude`) is divided by its ``clip`` percentile
+    (``numpy.percentile``, linear method) and clipped to [0, 1], so values at or
+    above the percentile are white. If that percentile is 0 but the map is not,
+    the maximum is used instead.
+
+    Args:
+        saliency: Real array of shape ``(H, W, 1)`` or ``(H, W, 3)``.
+        clip: Percentile in (0, 100] that maps to 255.
+
+    Returns:
+        ``uint8`` array of shape ``(H, W)``; all zeros for an all-zero map.
+
+    Raises:
+        ValueError: If ``clip`` is outside (0, 100] or ``saliency`` is invalid.
+
+    >>> render_gray(np.array([[[0.0], [1.0], [2.0], [3.0], [4.0]]]), clip=75.0).tolist()
+    [[0, 85, 170, 255, 255]]
+    """
+    return _to_uint8(_magnitude01(saliency, clip))
+
+
+def render_heatmap(
+    saliency: np.ndarray, cmap: str = DEFAULT_COLORMAP, clip: float = DEFAULT_CLIP
+) -> np.ndarray:
+    """Render the gradient magnitude through a colormap.
+
+    Pixel ``(y, x)`` is entry ``render_gray(saliency, clip)[y, x]`` of the
+    colormap's 256-entry table.
+
+    Args:
+        saliency: Real array of shape ``(H, W, 1)`` or ``(H, W, 3)``.
+        cmap: A name from :func:`guidedbp.render.colormap_names`.
+        clip: Percentile in (0, 100] that maps to the colormap's last entry.
+
+    Returns:
+        ``uint8`` array of shape ``(H, W, 3)``.
+
+    Raises:
+        ValueError: If ``cmap`` is unknown, ``clip`` is outside (0, 100] or
+            ``saliency`` is invalid.
+
+    >>> render_heatmap(np.array([[[0.0], [1.0]]]), "viridis", clip=100.0).tolist()
+    [[[68, 1, 84], [253, 231, 37]]]
+    """
+    return apply_colormap(_magnitude01(saliency, clip), cmap)
+
+
+def render_overlay(
+    saliency: np.ndarray,
+    image: np.ndarray,
+    alpha: float = DEFAULT_ALPHA,
+    cmap: str = DEFAULT_COLORMAP,
+    clip: float = DEFAULT_CLIP,
+) -> np.ndarray:
+    """Blend the heatmap onto the original image.
+
+    ``out = floor((1 - alpha) * image + alpha * heatmap + 0.5)`` per channel.
+
+    Args:
+        saliency: Real array of shape ``(H, W, 1)`` or ``(H, W, 3)``.
+        image: ``uint8`` array of shape ``(H, W, 3)``, ``(H, W, 1)`` or ``(H, W)``,
+            the same ``H`` and ``W`` as ``saliency``; gray is repeated to RGB.
+        alpha: Heatmap weight in [0, 1]: 0 gives the image, 1 the heatmap.
+        cmap: A name from :func:`guidedbp.render.colormap_names`.
+        clip: Percentile in (0, 100] for the heatmap (see :func:`render_gray`).
+
+    Returns:
+        ``uint8`` array of shape ``(H, W, 3)``.
+
+    Raises:
+        ValueError: If ``image`` is not ``uint8``, has the wrong shape or a size
+            other than the map's, or an argument is out of range.
+
+    >>> saliency = np.array([[[0.0], [1.0]]])
+    >>> image = np.full((1, 2, 3), 100, np.uint8)
+    >>> render_overlay(saliency, image, alpha=0.5, cmap="gray", clip=100.0).tolist()
+    [[[50, 50, 50], [178, 178, 178]]]
+    """
+    alpha = _check_alpha(alpha)
+    heat = render_heatmap(saliency, cmap=cmap, clip=clip)
+    rgb = _as_rgb(image, "image")
+    if rgb.shape[:2] != heat.shape[:2]:
+        raise ValueError(
+            f"image has size {rgb.shape[0]}x{rgb.shape[1]} (H x W) but the saliency map "
+            f"has {heat.shape[0]}x{heat.shape[1]}; resize one to the other first")
+    blended = (1.0 - alpha) * rgb.astype(np.float64) + alpha * heat.astype(np.float64)
+    return np.clip(np.floor(blended + 0.5), 0, 255).astype(np.uint8)
+
+
+def render(
+    name: str,
+    saliency: np.ndarray,
+    image: np.ndarray | None = None,
+    *,
+    cmap: str = DEFAULT_COLORMAP,
+    clip: float = DEFAULT_CLIP,
+    alpha: float = DEFAULT_ALPHA,
+    caption: str | None = None,
+) -> np.ndarray:
+    """Make one of :data:`RENDERS` by name.
+
+    ``panel`` shows ``input`` (when ``image`` is given), ``saliency`` (the
+    ``color`` render), ``magnitude`` (the heatmap) and ``overlay`` (when
+    ``image`` is given), with ``caption`` above.
+
+    Args:
+        name: One of :data:`RENDERS`.
+        saliency: Real array of shape ``(H, W, 1)`` or ``(H, W, 3)``.
+        image: ``uint8`` picture of the same ``H`` and ``W``; required by
+            ``overlay``, optional for ``panel``, ignored otherwise.
+        cmap: Colormap for ``heatmap``, ``overlay`` and ``panel``.
+        clip: Magnitude percentile for ``gray``, ``heatmap``, ``overlay``, ``panel``.
+        alpha: Heatmap weight for ``overlay`` and ``panel``.
+        caption: Caption line for ``panel``; ignored otherwise.
+
+    Returns:
+        The render, ``uint8`` ``(H, W)`` for ``gray`` and RGB otherwise.
+
+    Raises:
+        ValueError: If ``name`` is unknown, ``overlay`` has no image, or any
+            render function rejects its arguments.
+
+    >>> render("gray", np.array([[[0.0], [4.0]]]), clip=100.0).tolist()
+    [[0, 255]]
+    """
+    if name == "color":
+        return render_color(saliency)
+    if name == "gray":
+        return render_gray(saliency, clip=clip)
+    if name == "heatmap":
+        return render_heatmap(saliency, cmap=cmap, clip=clip)
+    if name == "overlay":
+        if image is None:
+            raise ValueError("render 'overlay' needs the original image, got image=None")
+        return render_overlay(saliency, image, alpha=alpha, cmap=cmap, clip=clip)
+    if name == "panel":
+        columns = [("input", image)] if image is not None else []
+        columns += [
+            ("saliency", render_color(saliency)),
+            ("magnitude", render_heatmap(saliency, cmap=cmap, clip=clip)),
+        ]
+        if image is not None:
+            columns.append(("overlay", render_overlay(saliency, image, alpha, cmap, clip)))
+        return render_panel(columns, caption=caption)
+    raise ValueError(f"unknown render {name!r}; expected one of: {', '.join(RENDERS)}")

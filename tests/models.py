@@ -1,0 +1,88 @@
+"""Tiny hand-computable models shared by the engine tests.
+
+Each builder returns a fresh ``keras.Model`` with fixed weights; the expected
+maps for them are worked out by hand in the tests that use them.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+
+def _set(layer, *arrays):
+    layer.set_weights([np.asarray(a, np.float32) for a in arrays])
+
+
+def mlp(head: str | None = None) -> keras.Model:
+    """x (1x1x2 image) -> Dense(3, relu) -> Dense(2, relu) -> Dense(2[, head]).
+
+    W1 = [[1, -1, 1], [1, 1, -1]], W2 = [[1, 1], [-1, 2], [2, 2]],
+    W3 = [[1, 0.5], [-1, 0.5]], no biases.
+    """
+    inputs = keras.Input((1, 1, 2))
+    flat = keras.layers.Flatten()(inputs)
+    hidden1 = keras.layers.Dense(3, activation="relu", use_bias=False)
+    hidden2 = keras.layers.Dense(2, activation="relu", use_bias=False)
+    top = keras.layers.Dense(2, activation=head, use_bias=False)
+    model = keras.Model(inputs, top(hidden2(hidden1(flat))), name="mlp")
+    _set(hidden1, [[1, -1, 1], [1, 1, -1]])
+    _set(hidden2, [[1, 1], [-1, 2], [2, 2]])
+    _set(top, [[1, 0.5], [-1, 0.5]])
+    return model
+
+
+def cnn() -> keras.Model:
+    """3x3x1 image -> Conv2D(1, 2x2, valid, bias -2, relu) -> Flatten -> Dense(2).
+
+    kernel [[1, -1], [1, 1]], dense W = [[1, 0], [-1, 0], [2, 0], [1, 1]].
+    """
+    inputs = keras.Input((3, 3, 1))
+    conv = keras.layers.Conv2D(1, 2, activation="relu")
+    dense = keras.layers.Dense(2, use_bias=False)
+    model = keras.Model(inputs, dense(keras.layers.Flatten()(conv(inputs))), name="cnn")
+    _set(conv, np.array([[1, -1], [1, 1]]).reshape(2, 2, 1, 1), [-2])
+    _set(dense, [[1, 0], [-1, 0], [2, 0], [1, 1]])
+    return model
+
+
+def relu6_mlp(activation) -> keras.Model:
+    """x (1x1x2) -> Dense(3, no activation) -> ``activation`` layer -> Dense(1 class... 2).
+
+    W1 = [[4, -1, 1], [2, 1, -1]]; classes: column 0 = [1, -2, 3], column 1 = [1, 2, 3].
+    """
+    inputs = keras.Input((1, 1, 2))
+    hidden = keras.layers.Dense(3, use_bias=False)
+    top = keras.layers.Dense(2, use_bias=False)
+    model = keras.Model(inputs, top(activation(hidden(keras.layers.Flatten()(inputs)))))
+    _set(hidden, [[4, -1, 1], [2, 1, -1]])
+    _set(top, [[1, 1], [-2, 2], [3, 3]])
+    return model
+
+
+def prelu_mlp() -> keras.Model:
+    """x (1x1x2) -> Dense(2) -> PReLU(alpha 0.25) -> Dense(2): W1 = [[1, -2], [1, 0]], W2 col 0 = [-1, 2]."""
+    inputs = keras.Input((1, 1, 2))
+    hidden = keras.layers.Dense(2, use_bias=False)
+    prelu = keras.layers.PReLU()
+    top = keras.layers.Dense(2, use_bias=False)
+    model = keras.Model(inputs, top(prelu(hidden(keras.layers.Flatten()(inputs)))))
+    _set(hidden, [[1, -2], [1, 0]])
+    _set(prelu, [0.25, 0.25])
+    _set(top, [[-1, 0], [2, 0]])
+    return model
+
+
+def sigmoid_head() -> keras.Model:
+    """x (1x1x2) -> Dense(2, relu) W1 = [[1, -1], [1, 1]] -> Dense(1, sigmoid) w = [1, -2]."""
+    inputs = keras.Input((1, 1, 2))
+    hidden = keras.layers.Dense(2, activation="relu", use_bias=False)
+    top = keras.layers.Dense(1, activation="sigmoid", use_bias=False)
+    model = keras.Model(inputs, top(hidden(keras.layers.Flatten()(inputs))))
+    _set(hidden, [[1, -1], [1, 1]])
+    _set(top, [[1], [-2]])
+    return model
+
+
+X12 = np.array([[[[1.0, 2.0]]]], np.float32)  # the input x = (1, 2) of the MLPs
+X3x3 = np.array([[1, 2, 0], [3, 1, 2], [0, 1, 1]], np.float32).reshape(1, 3, 3, 1)
