@@ -45,12 +45,15 @@ class Explanation:
         logits: float32 ``(N,)`` the target's logit (the score that was differentiated).
         probabilities: float32 ``(N,)`` the target's probability under the model's head
             (softmax of the logits when the model ends in logits).
+        class_probabilities: float32 ``(N, classes)`` every class's probability, for
+            ranking (top-k).
     """
 
     maps: np.ndarray
     targets: np.ndarray
     logits: np.ndarray
     probabilities: np.ndarray
+    class_probabilities: np.ndarray
 
 
 class Explainer:
@@ -140,8 +143,9 @@ class Explainer:
             parts.append(
                 [t.numpy() for t in function(batch, targets[start : start + self.batch_size])]
             )
-        maps, chosen, logits, probs = (np.concatenate(p) for p in zip(*parts))
-        return Explanation(maps=maps, targets=chosen, logits=logits, probabilities=probs)
+        maps, chosen, logits, probs, all_probs = (np.concatenate(p) for p in zip(*parts))
+        return Explanation(maps=maps, targets=chosen, logits=logits, probabilities=probs,
+                           class_probabilities=all_probs)
 
     @property
     def report(self) -> Report:
@@ -236,6 +240,7 @@ class Explainer:
             chosen,
             target_logits,
             tf.gather(probabilities, chosen, batch_dims=1),
+            probabilities,
         )
 
 

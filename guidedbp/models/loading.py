@@ -65,6 +65,19 @@ class LoadedModel:
     def name(self) -> str:
         return getattr(self.model, "name", None) or Path(self.source).stem
 
+    @property
+    def input_dtype(self) -> str:
+        try:
+            dtype = self.model.inputs[0].dtype
+        except (AttributeError, IndexError, ValueError):
+            return "float32"
+        return getattr(dtype, "name", None) or str(dtype)
+
+    @property
+    def channels(self) -> int:
+        """Image channels the model takes: 1 or 3 (3 where the model leaves it free)."""
+        return self.input_shape[2] if self.input_shape[2] in (1, 3) else 3
+
     def __call__(self, images, training: bool = False):
         return self.model(images, training=training)
 

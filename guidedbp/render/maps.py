@@ -18,7 +18,7 @@ Renders (:data:`RENDERS`):
 - ``gray``: the magnitude ``max_c |g|`` scaled so its ``clip`` percentile is white.
 - ``heatmap``: ``gray`` through a colormap (default ``inferno``).
 - ``overlay``: ``heatmap`` blended onto the image.
-- ``panel``: image, ``color``, ``heatmap`` and ``overlay`` side by side, titled,
+- ``panel``: original, ``color``, ``gray`` and ``overlay`` side by side, titled,
   with an optional caption line (for example ``"tabby (class 281) p=0.873"``).
 
 :data:`DEFAULT_RENDERS` is ``("color", "overlay")``: ``color`` is the picture the
@@ -291,9 +291,8 @@ def render(
 ) -> np.ndarray:
     """Make one of :data:`RENDERS` by name.
 
-    ``panel`` shows ``input`` (when ``image`` is given), ``saliency`` (the
-    ``color`` render), ``magnitude`` (the heatmap) and ``overlay`` (when
-    ``image`` is given), with ``caption`` above.
+    ``panel`` shows ``original`` (when ``image`` is given), ``color``, ``gray``
+    and ``overlay`` (when ``image`` is given) side by side, with ``caption`` above.
 
     Args:
         name: One of :data:`RENDERS`.
@@ -326,10 +325,10 @@ def render(
             raise ValueError("render 'overlay' needs the original image, got image=None")
         return render_overlay(saliency, image, alpha=alpha, cmap=cmap, clip=clip)
     if name == "panel":
-        columns = [("input", image)] if image is not None else []
+        columns = [("original", image)] if image is not None else []
         columns += [
-            ("saliency", render_color(saliency)),
-            ("magnitude", render_heatmap(saliency, cmap=cmap, clip=clip)),
+            ("color", render_color(saliency)),
+            ("gray", render_gray(saliency, clip=clip)),
         ]
         if image is not None:
             columns.append(("overlay", render_overlay(saliency, image, alpha, cmap, clip)))

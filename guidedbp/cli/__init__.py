@@ -1,0 +1,27 @@
+"""The ``guidedbp`` command line: click commands wiring models, engine and render.
+
+Heavy imports (TensorFlow, Keras) happen inside commands, so ``guidedbp --help``
+and ``guidedbp --version`` answer at once.
+"""
+
+from __future__ import annotations
+
+import click
+
+from guidedbp import __version__
+from guidedbp.cli.explain import explain_command
+from guidedbp.cli.inspect import inspect_command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "-V", "--version", prog_name="guidedbp")
+def main() -> None:
+    """Guided backpropagation saliency maps for TensorFlow/Keras image classifiers.
+
+    MODEL is a .keras or .h5 file, a SavedModel folder, or keras:NAME for a
+    keras.applications model (keras:ResNet50, keras:MobileNetV2, ...).
+    """
+
+
+main.add_command(explain_command)
+main.add_command(inspect_command)

@@ -1,0 +1,165 @@
+"""``guidedbp explain MODEL INPUT...``: saliency maps for images and whole folders."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from guidedbp import METHODS
+from guidedbp.cli.common import (
+    UsageFailure,
+    errors_handled,
+    import_tensorflow,
+    load_options,
+    model_options,
+)
+from guidedbp.render import COLORMAPS, DEFAULT_ALPHA, DEFAULT_CLIP, DEFAULT_RENDERS, RENDERS
+
+DEFAULT_OUTPUT = "guidedbp-out"
+DEFAULT_BATCH_SIZE = 16
+
+
+def _parse_renders(ctx, param, value: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in RENDERS]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(RENDERS)}", ctx, param
+        )
+    return names
+
+
+@click.command("explain", epilog="""\b
+Exit codes: 0 every input explained (or skipped), 1 some inputs failed,
+2 usage or model errors, 130 interrupted (Ctrl-C finishes the current batch).
+
+\b
+Outputs, under OUT mirroring each input's path below the folder it was found in:
+  NAME[.CLASS].METHOD.RENDER.png  one per render (CLASS with --class/--top-k)
+  NAME[.CLASS].METHOD.npy         with --raw: float32 map at model resolution
+  manifest.jsonl                  one JSON object per input""")
+@click.argument("model")
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
+@click.option("-o", "--output", default=DEFAULT_OUTPUT, show_default=True, metavar="OUT",
+              type=click.Path(file_okay=False), help="Folder for maps and manifest.jsonl.")
+@click.option("--recursive/--no-recursive", default=True, show_default=True,
+              help="Walk INPUT folders recursively.")
+@click.option("--method", type=click.Choice(METHODS), default="guided", show_default=True,
+              help="Attribution method.")
+@click.option("--render", "renders", default=",".join(DEFAULT_RENDERS), show_default=True,
+              callback=_parse_renders, metavar="LIST",
+              help=f"Comma list of renders: {', '.join(RENDERS)}.")
+@click.option("--class", "classes", multiple=True, metavar="CLASS",
+              help="Class to explain, by index or name (repeatable). Default: the top-1 class.")
+@click.option("--top-k", type=click.IntRange(min=1), default=None,
+              help="Explain the K most probable classes of each image.")
+@click.option("--output-size", type=click.Choice(["original", "model"]), default="original",
+              show_default=True, help="Write maps at the image's size or the model's input size.")
+@click.option("--raw", is_flag=True, help="Also save the float32 map (model resolution) as .npy.")
+@click.option("--cmap", type=click.Choice(COLORMAPS), default="inferno", show_default=True,
+              help="Colormap for heatmap and overlay.")
+@click.option("--clip", type=click.FloatRange(0, 100, min_open=True), default=DEFAULT_CLIP,
+              show_default=True, help="Magnitude percentile shown as full intensity.")
+@click.option("--alpha", type=click.FloatRange(0, 1), default=DEFAULT_ALPHA, show_default=True,
+              help="Heatmap weight in the overlay.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULT_BATCH_SIZE,
+              show_default=True, help="Images per engine pass; bounds memory.")
+@click.option("--skip-existing", is_flag=True,
+              help="Resume: inputs whose outputs all exist are not recomputed.")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first input that fails.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary line.")
+@model_options
+@errors_handled
+def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
+    """Write saliency maps of MODEL's decisions for images, folders or globs.
+
+    \b
+    Examples:
+      guidedbp explain model.h5 cat.jpg
+      guidedbp explain keras:ResNet50 photos/ -o maps --render panel --top-k 3
+    """
+    from guidedbp.io.inputs import InputError, collect_inputs
+
+    if options["classes"] and options["top_k"]:
+        raise click.UsageError("--class and --top-k cannot be used together")
+    output = options["output"]
+    try:
+        collected = collect_inputs(list(inputs), options["recursive"], exclude=output)
+    except InputError as error:
+        raise click.BadParameter(str(error), param_hint="INPUT") from None
+    if not collected.items:
+        raise UsageFailure(
+            f"no images found in {', '.join(inputs)} "
+            f"({collected.passed_over} other files passed over)"
+        )
+
+    import_tensorflow(options["debug"])
+    from guidedbp.cli.job import ExplainJob, Settings
+    from guidedbp.engine.explainer import Explainer
+    from guidedbp.models.labels import resolve_class
+    from guidedbp.models.loading import load_model
+
+    loaded = load_model(model, **load_options(options))
+    explainer = Explainer(loaded, options["method"], batch_size=options["batch_size"])
+    num_classes = explainer.report.num_classes
+    classes = tuple(resolve_class(spec, loaded.labels, num_classes) for spec in options["classes"])
+    settings = Settings(
+        output=output, method=options["method"], renders=options["renders"], classes=classes,
+        top_k=options["top_k"], output_size=options["output_size"], raw=options["raw"],
+        cmap=options["cmap"], clip=options["clip"], alpha=options["alpha"],
+        batch_size=options["batch_size"], size=options["size"], resize=options["resize"],
+        skip_existing=options["skip_existing"], fail_fast=options["fail_fast"],
+    )
+    os.makedirs(output, exist_ok=True)
+    progress = Progress(len(collected.items)) if _show_progress(options["quiet"]) else None
+    summary = ExplainJob(loaded, explainer, settings, progress).run(collected.items)
+    if progress is not None:
+        progress.close()
+    if not options["quiet"]:
+        _print_summary(summary, collected.passed_over, output)
+    sys.exit(summary.exit_code)
+
+
+def _show_progress(quiet: bool) -> bool:
+    return not quiet and sys.stderr.isatty()
+
+
+def _print_summary(summary, passed_over: int, output: str) -> None:
+    rate = (summary.done / summary.seconds) if summary.seconds > 0 else 0.0
+    parts = [f"{summary.done} explained"]
+    if summary.skipped:
+        parts.append(f"{summary.skipped} skipped (outputs exist)")
+    if summary.failures:
+        parts.append(f"{len(summary.failures)} failed")
+    if passed_over:
+        parts.append(f"{passed_over} other files passed over")
+    state = "interrupted: " if summary.interrupted else ""
+    click.echo(f"{state}{', '.join(parts)} in {summary.seconds:.1f} s ({rate:.1f} images/s); "
+               f"maps and manifest.jsonl in {output}/", err=True)
+    for path, reason in summary.failures[:20]:
+        click.echo(f"  failed: {path}: {reason}", err=True)
+    if len(summary.failures) > 20:
+        click.echo(f"  ... and {len(summary.failures) - 20} more (see manifest.jsonl)", err=True)
+
+
+class Progress:
+    """A one-line progress bar with images/s, on stderr, for terminals only."""
+
+    def __init__(self, total: int):
+        self.total, self.count, self.start = total, 0, time.perf_counter()
+
+    def advance(self) -> None:
+        self.count += 1
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        width = 30
+        filled = int(width * self.count / max(self.total, 1))
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.count}/{self.total} "
+                         f"{self.count / elapsed:.1f} images/s")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")
+        sys.stderr.flush()

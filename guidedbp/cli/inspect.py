@@ -1,0 +1,94 @@
+"""``guidedbp inspect MODEL``: what a user needs to know before trusting a map."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from guidedbp.cli.common import errors_handled, import_tensorflow, load_options, model_options
+
+
+@click.command("inspect")
+@click.argument("model")
+@model_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@errors_handled
+def inspect_command(model: str, as_json: bool, **options) -> None:
+    """Show how guidedbp sees MODEL: input, classes, head, preprocessing, guided ops.
+
+    Exit codes: 0 success, 2 when the model cannot be loaded.
+    """
+    import_tensorflow(options["debug"])
+    info = describe(model, options)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(format_description(info))
+
+
+def describe(spec: str, options: dict) -> dict:
+    """Everything `inspect` shows, as a JSON-ready dict."""
+    import warnings
+
+    from guidedbp.models.loading import load_model
+
+    loaded = load_model(spec, **load_options(options))
+    from guidedbp.engine.explainer import Explainer, NoReluWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NoReluWarning)  # reported below, not warned
+        report = Explainer(loaded, "guided").report
+    size = options.get("size")
+    height, width, channels = loaded.input_shape
+    if height is None or width is None:
+        fitting = f"free spatial size: {'%dx%d' % size if size else 'each image keeps its own size'}"
+    else:
+        fitting = f"{options.get('resize', 'stretch')} to {height}x{width}"
+    notes = list(loaded.notes)
+    if report.num_guided == 0:
+        notes.append("no ReLU-family op: guided backprop equals the plain gradient for this model")
+    if loaded.labels is not None and len(loaded.labels) != report.num_classes:
+        notes.append(f"{len(loaded.labels)} labels for {report.num_classes} classes")
+    return {
+        "model": loaded.source,
+        "format": loaded.format,
+        "input_shape": [height, width, channels],
+        "input_dtype": loaded.input_dtype,
+        "classes": report.num_classes,
+        "head_bypassed": report.head,
+        "preprocess": loaded.preprocess,
+        "preprocess_source": loaded.preprocess_source,
+        "resize": fitting,
+        "guided_ops": report.guided_ops,
+        "plain_activations": report.plain_activations,
+        "labels_source": loaded.labels_source,
+        "labels": loaded.labels,
+        "notes": notes,
+    }
+
+
+def format_description(info: dict) -> str:
+    def shape(dims):
+        return "x".join("?" if d is None else str(d) for d in dims)
+
+    def counts(mapping):
+        return ", ".join(f"{k}: {v}" for k, v in sorted(mapping.items())) or "none"
+
+    head = info["head_bypassed"]
+    lines = [
+        ("model", f"{info['model']} ({info['format']})"),
+        ("input", f"{shape(info['input_shape'])} {info['input_dtype']} (HxWxC)"),
+        ("classes", str(info["classes"])),
+        ("head", f"{head} bypassed: maps explain the logit" if head else "none: output is a logit"),
+        ("preprocess", f"{info['preprocess']} ({info['preprocess_source']})"),
+        ("resize", info["resize"]),
+        ("guided ops", counts(info["guided_ops"])),
+        ("left alone", counts(info["plain_activations"])),
+        ("labels", info["labels_source"]),
+    ]
+    lines += [("note", note) for note in info["notes"]]
+    text = "\n".join(f"{key:<11} {value}" for key, value in lines)
+    if info["labels"]:
+        names = "\n".join(f"  {index:>4}  {name}" for index, name in enumerate(info["labels"]))
+        text += "\nclass names:\n" + names
+    return text
