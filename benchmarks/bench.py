@@ -1,9 +1,13 @@
 """`make bench`: speed figures measured side by side in one process.
 
-Engine: guided vs vanilla (plain input gradient) on Keras applications with
-``weights=None`` at 224x224, batch 8. The two explainers are warmed up (traced
-and run once), then timed alternately, so that both see the same machine state;
-the reported ratio is the median of the per-round ratios.
+- engine: guided vs vanilla (plain input gradient) on Keras applications with
+  ``weights=None`` at 224x224, batch 8. Both explainers are warmed up (traced and
+  run once), then timed alternately; the ratio is the median of per-round ratios.
+- savedmodel: loading a ResNet50 SavedModel (inlining its graph) and its first trace.
+- end-to-end: ``guidedbp explain`` over a folder of 256 JPEGs against the engine
+  alone on the same preprocessed batches, same explainer, same process.
+- memory: peak RSS of ``guidedbp explain`` on 100 and on 1,000 images (separate
+  processes).
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -62,13 +69,129 @@ def engine_ratios(rounds: int, batch: int, size: int) -> bool:
     return worst <= TARGET_RATIO
 
 
+def savedmodel_load(folder: str) -> None:
+    from guidedbp import load_model
+
+    keras.utils.set_random_seed(0)
+    path = os.path.join(folder, "resnet50_savedmodel")
+    keras.applications.ResNet50(weights=None).export(path, verbose=False)
+    start = time.perf_counter()
+    loaded = load_model(path)
+    loaded_s = time.perf_counter() - start
+    explainer = Explainer(loaded)
+    start = time.perf_counter()
+    explainer(np.zeros((1, 224, 224, 3), np.float32))
+    first_s = time.perf_counter() - start
+    print(f"ResNet50 SavedModel: load + inline {loaded_s:.2f} s, first map (trace) {first_s:.2f} s, "
+          f"guided ops {explainer.report.guided_ops}")
+
+
+def write_images(folder: str, count: int, size=(240, 320)) -> None:
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    yy, xx = np.mgrid[0 : size[0], 0 : size[1]]
+    os.makedirs(folder, exist_ok=True)
+    for index in range(count):
+        phase = rng.uniform(0, 6.3, 3)
+        base = 127 + 100 * np.sin(xx[..., None] / rng.uniform(8, 40) + yy[..., None] / 23 + phase)
+        noise = rng.normal(0, 20, (*size, 3))
+        pixels = np.clip(base + noise, 0, 255).astype(np.uint8)
+        sub = os.path.join(folder, f"part{index % 4}")
+        os.makedirs(sub, exist_ok=True)
+        Image.fromarray(pixels).save(os.path.join(sub, f"img{index:04d}.jpg"), quality=90)
+
+
+def end_to_end(folder: str, model_name: str = "ResNet50", count: int = 256, batch: int = 16,
+               rounds: int = 2) -> None:
+    from guidedbp.cli.job import ExplainJob, Settings
+    from guidedbp.io.images import decode_image
+    from guidedbp.io.inputs import collect_inputs
+    from guidedbp.models.loading import load_model
+    from guidedbp.models.preprocess import fit, preprocess
+
+    images_dir = os.path.join(folder, "images")
+    write_images(images_dir, count)
+    keras.utils.set_random_seed(0)
+    loaded = load_model(f"keras:{model_name}", weights="none")
+    explainer = Explainer(loaded, batch_size=batch)
+    items = collect_inputs([images_dir]).items
+    size = loaded.input_shape[:2]
+    # Engine-only inputs are decoded and preprocessed up front, outside the timing.
+    arrays = [preprocess(fit(decode_image(item.path), size)[0], loaded.preprocess) for item in items]
+    batches = [np.stack(arrays[i : i + batch]) for i in range(0, count, batch)]
+    explainer.explain(batches[0])  # trace and warm up
+
+    def engine_only():
+        for images in batches:
+            explainer.explain(images)
+
+    def whole_job(round_index):
+        out = os.path.join(folder, f"out{round_index}")
+        summary = ExplainJob(loaded, explainer, Settings(output=out, batch_size=batch)).run(items)
+        assert summary.done == count, summary
+
+    engine_rates, job_rates = [], []
+    for round_index in range(rounds):
+        engine_rates.append(count / timed(engine_only))
+        job_rates.append(count / timed(whole_job, round_index))
+    engine_rate, job_rate = statistics.median(engine_rates), statistics.median(job_rates)
+    ratio = job_rate / engine_rate
+    print(f"{model_name} weights=None, {count} JPEGs 320x240, batch {batch}, renders color+overlay: "
+          f"engine-only {engine_rate:.1f} images/s, end-to-end {job_rate:.1f} images/s, "
+          f"ratio {ratio:.2f} (target >= 0.85 {'met' if ratio >= 0.85 else 'NOT met'})")
+
+
+_MEMORY_SCRIPT = """
+import resource, sys
+from guidedbp.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+except SystemExit:
+    pass
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def memory(folder: str) -> None:
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((64, 64, 3))
+    x = keras.layers.Rescaling(1 / 255)(inputs)
+    x = keras.layers.Conv2D(16, 3, activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model_path = os.path.join(folder, "small.keras")
+    keras.Model(inputs, keras.layers.Dense(5, activation="softmax")(x)).save(model_path)
+    peaks = {}
+    for count in (100, 1000):
+        images_dir = os.path.join(folder, f"memory{count}")
+        write_images(images_dir, count, size=(64, 64))
+        result = subprocess.run(
+            [sys.executable, "-c", _MEMORY_SCRIPT, "explain", model_path, images_dir, "-q",
+             "-o", os.path.join(folder, f"memory-out{count}"), "--batch-size", "16"],
+            capture_output=True, text=True, check=True,
+        )
+        peaks[count] = int(result.stdout.strip().splitlines()[-1]) / 1024  # KiB -> MiB
+    growth = peaks[1000] / peaks[100] - 1
+    print(f"peak RSS of explain: 100 images {peaks[100]:.0f} MiB, 1,000 images {peaks[1000]:.0f} MiB "
+          f"({growth:+.1%}; target within 10% {'met' if abs(growth) <= 0.10 else 'NOT met'})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--only", choices=["engine", "savedmodel", "end-to-end", "memory"])
     args = parser.parse_args()
-    engine_ratios(args.rounds, args.batch, args.size)
+    with tempfile.TemporaryDirectory(prefix="guidedbp-bench-") as folder:
+        if args.only in (None, "engine"):
+            engine_ratios(args.rounds, args.batch, args.size)
+        if args.only in (None, "savedmodel"):
+            savedmodel_load(folder)
+        if args.only in (None, "end-to-end"):
+            end_to_end(folder)
+        if args.only in (None, "memory"):
+            memory(folder)
 
 
 if __name__ == "__main__":

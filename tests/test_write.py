@@ -115,7 +115,7 @@ def test_failed_fsync_keeps_old_target(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", no_sync)
     with pytest.raises(OSError, match="fsync"):
-        write.atomic_write_bytes(target, b"new")
+        write.atomic_write_bytes(target, b"new", durable=True)
     assert target.read_bytes() == b"previous"
     assert _listing(tmp_path) == ["out.bin"]
 

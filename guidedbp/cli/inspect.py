@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 
 import click
 
@@ -20,7 +22,9 @@ def inspect_command(model: str, as_json: bool, **options) -> None:
     Exit codes: 0 success, 2 when the model cannot be loaded.
     """
     import_tensorflow(options["debug"])
-    info = describe(model, options)
+    # Keras prints download progress to stdout; stdout is for the description alone.
+    with contextlib.redirect_stdout(sys.stderr):
+        info = describe(model, options)
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return

@@ -87,7 +87,8 @@ class ExplainJob:
         self.explainer = explainer
         self.settings = settings
         self.progress = progress
-        self._stop = False
+        self._stop = False  # Ctrl-C: finish the current batch, then stop
+        self._halt = False  # --fail-fast saw a failure
 
     # -- names -------------------------------------------------------------------------
 
@@ -99,19 +100,20 @@ class ExplainJob:
         raw = f"{stem}.{method}.npy" if self.settings.raw else None
         return outputs, raw
 
-    def _existing(self, item: InputItem) -> dict | None:
-        """The outputs of an input that are all on disk already, or None."""
-        out = self.settings.output
+    def _existing(self, item: InputItem) -> list[dict] | None:
+        """The targets of an input whose outputs are all on disk already, or None."""
+        out, labels = self.settings.output, self.loaded.labels
         if self.settings.top_k:
             return None  # names depend on the predicted classes
-        parts = [class_slug(c, self.loaded.labels) for c in self.settings.classes] or [None]
-        found = {}
-        for part in parts:
-            outputs, raw = self._names(item, part)
+        found = []
+        for target in self.settings.classes or [None]:
+            outputs, raw = self._names(item, None if target is None else class_slug(target, labels))
             paths = list(outputs.values()) + ([raw] if raw else [])
             if not all(os.path.isfile(os.path.join(out, p)) for p in paths):
                 return None
-            found.update(outputs)
+            label = None if target is None else _label(target, labels)
+            found.append({"class": target, "label": label, "score": None,
+                          "outputs": outputs, "raw": raw})
         return found
 
     # -- stages ------------------------------------------------------------------------
@@ -143,10 +145,28 @@ class ExplainJob:
             if prepared.model_input is not None:
                 groups.setdefault(prepared.model_input.shape, []).append(position)
         for positions in groups.values():
-            images = np.stack([batch[p].model_input for p in positions])
-            for position, explained in zip(positions, self._targets(images)):
-                results[position] = explained
+            self._explain_group(batch, positions, results)
         return results
+
+    def _explain_group(self, batch: list[_Prepared], positions: list[int], results: dict) -> None:
+        images = np.stack([batch[p].model_input for p in positions])
+        try:
+            explained = self._targets(images)
+        # The engine raises TensorFlow's own error types for an input the model cannot
+        # take (a free-size model given an image smaller than its kernels); cli stays
+        # free of TensorFlow names, so any error counts. It fails that image, not the run.
+        except Exception as error:
+            if len(positions) > 1:  # find the image(s) to blame: retry one by one
+                for position in positions:
+                    self._explain_group(batch, [position], results)
+                return
+            prepared = batch[positions[0]]
+            height, width = prepared.model_input.shape[:2]
+            prepared.error = (f"the model cannot take this image ({height}x{width} at its "
+                              f"input): {_engine_reason(error)}")
+            return
+        for position, targets in zip(positions, explained):
+            results[position] = targets
 
     def _targets(self, images: np.ndarray) -> list[list[tuple]]:
         per_image: list[list[tuple]] = [[] for _ in images]
@@ -164,8 +184,11 @@ class ExplainJob:
             add(first)
             if self.settings.top_k and self.settings.top_k > 1:
                 ranked = np.argsort(-first.class_probabilities, axis=1, kind="stable")
-                for rank in range(1, min(self.settings.top_k, ranked.shape[1])):
-                    add(self.explainer.explain(images, ranked[:, rank]))
+                # The top-1 map is already made; the others follow it in probability
+                # order, never repeating it when two probabilities tie.
+                others = np.stack([row[row != top] for row, top in zip(ranked, first.targets)])
+                for rank in range(min(self.settings.top_k, ranked.shape[1]) - 1):
+                    add(self.explainer.explain(images, others[:, rank]))
         return per_image
 
     def _write(self, prepared: _Prepared, explained: list[tuple]) -> dict:
@@ -179,7 +202,7 @@ class ExplainJob:
                 picture = prepared.original
             else:
                 shown, picture = saliency, prepared.fitted
-            label = labels[target] if labels is not None and target < len(labels) else None
+            label = _label(target, labels)
             named_class = f"{label} (class {target})" if label else f"class {target}"
             caption = f"{named_class} p={probability:.3f} {settings.method}"
             for name, relative in outputs.items():
@@ -221,19 +244,18 @@ class ExplainJob:
                     ThreadPoolExecutor(2, "guidedbp-write") as writers:
                 pending: list[tuple[list[_Prepared], Future]] = []
                 upcoming = self._submit_decode(decoders, batches, 0)
-                halt = False
                 for index in range(len(batches)):
-                    prepared = [f.result() for f in upcoming]
-                    halt = self.settings.fail_fast and any(p.error for p in prepared)
-                    upcoming = self._submit_decode(decoders, batches, index + 1)
+                    prepared, halt = self._up_to_failure([f.result() for f in upcoming])
+                    upcoming = [] if halt else self._submit_decode(decoders, batches, index + 1)
                     explained = self._explain(prepared)
+                    prepared, failed = self._up_to_failure(prepared)  # the engine's failures
                     pending.append((prepared, [
                         writers.submit(self._write, p, explained[i]) if i in explained else None
                         for i, p in enumerate(prepared)
                     ]))
                     if len(pending) > 1:  # keep one batch of writes in flight
                         self._finish(pending.pop(0), manifest, summary)
-                    if self._stop or halt:
+                    if self._stop or halt or failed or self._halt:
                         break
                 for batch in pending:
                     self._finish(batch, manifest, summary)
@@ -245,6 +267,14 @@ class ExplainJob:
         summary.interrupted = self._stop
         summary.seconds = time.perf_counter() - start
         return summary
+
+    def _up_to_failure(self, prepared: list[_Prepared]) -> tuple[list[_Prepared], bool]:
+        """With --fail-fast: the batch up to its first failed input, and whether one failed."""
+        if self.settings.fail_fast:
+            for position, item in enumerate(prepared):
+                if item.error is not None:
+                    return prepared[: position + 1], True
+        return prepared, False
 
     def _submit_decode(self, pool, batches, index) -> list[Future]:
         if index >= len(batches) or self._stop:
@@ -258,9 +288,7 @@ class ExplainJob:
             if prepared.error is not None:
                 record = self._record(item, "error", prepared.error, [])
             elif future is None:  # skipped: outputs already there
-                existing = self._existing(item) or {}
-                record = self._record(item, "skipped", None, [])
-                record["outputs"] = existing
+                record = self._record(item, "skipped", None, self._existing(item) or [])
             else:
                 try:
                     record = future.result()
@@ -268,6 +296,8 @@ class ExplainJob:
                     record = self._record(item, "error", _one_line(error), [])
             if record["status"] == "error":
                 summary.failures.append((item.path, record["error"]))
+                # A write failure shows only here: with --fail-fast, stop after this batch.
+                self._halt = self._halt or self.settings.fail_fast
             elif record["status"] == "skipped":
                 summary.skipped += 1
             else:
@@ -298,6 +328,19 @@ def _restore_interrupt(handler) -> None:
         signal.signal(signal.SIGINT, handler)
     except ValueError:
         pass
+
+
+def _label(target: int, labels: list[str] | None) -> str | None:
+    return labels[target] if labels is not None and target < len(labels) else None
+
+
+def _engine_reason(error: BaseException) -> str:
+    """The line that says what went wrong in a TensorFlow error, without its op trace."""
+    skipped = ("File ", "Graph execution error", "Detected at node", "[[")
+    lines = [line.strip() for line in str(error).splitlines()]
+    useful = [line for line in lines if line and not line.startswith(skipped)]
+    text = _one_line(useful[0]) if useful else type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _one_line(error: BaseException) -> str:

@@ -73,6 +73,8 @@ def collect_inputs(
                 raise InputError(f"{argument!r} matches no file")
             root = _glob_root(argument)
             for path in matches:
+                if _inside(path, excluded):
+                    continue  # a glob such as photos/**/*.png must not pick up our own maps
                 if os.path.isfile(path) and is_image_path(path):
                     found.append((path, root))
                 elif os.path.isfile(path):
@@ -94,6 +96,13 @@ def _walk(folder: str, recursive: bool, excluded: str | None):
                 yield os.path.join(current, name)
         if not recursive:
             dirs[:] = []
+
+
+def _inside(path: str, folder: str | None) -> bool:
+    if folder is None:
+        return False
+    real = os.path.realpath(path)
+    return real == folder or real.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _glob_root(pattern: str) -> str:
@@ -122,7 +131,9 @@ def _assign_outputs(found: list[tuple[str, str]]) -> list[InputItem]:
     With one root, paths are relative to it; with several, relative to their
     common folder, so ``a/cat.jpg`` and ``b/cat.jpg`` stay apart. Two images with
     the same stem in one folder (``cat.jpg``, ``cat.png``) keep their extension
-    in the stem (``cat_jpg``, ``cat_png``).
+    in the stem (``cat_jpg``, ``cat_png``); a stem that still clashes (with a
+    file called ``cat_jpg.png``, or one differing only in letter case, which is
+    the same file on case-insensitive disks) gets ``_2``, ``_3``... in input order.
     """
     roots = {os.path.abspath(root) for _, root in found}
     common = os.path.commonpath(sorted(roots)) if len(roots) > 1 else None
@@ -133,10 +144,14 @@ def _assign_outputs(found: list[tuple[str, str]]) -> list[InputItem]:
     stems = defaultdict(list)
     for rel in relative:
         stems[os.path.splitext(rel)[0].lower()].append(rel)
-    items = []
+    items, taken = [], set()
     for (path, _), rel in zip(found, relative):
         stem, extension = os.path.splitext(rel)
         if len(stems[stem.lower()]) > 1:
             stem = f"{stem}_{extension.lstrip('.').lower()}"
-        items.append(InputItem(path=path, output_stem=Path(stem).as_posix()))
+        unique, number = stem, 2
+        while unique.lower() in taken:
+            unique, number = f"{stem}_{number}", number + 1
+        taken.add(unique.lower())
+        items.append(InputItem(path=path, output_stem=Path(unique).as_posix()))
     return items

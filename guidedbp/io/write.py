@@ -1,12 +1,13 @@
 """Write results to disk atomically and deterministically (numpy and Pillow only).
 
 Every file is written to a hidden temporary file in the target's folder
-(``.NAME.PID.RANDOM.tmp``), flushed and ``fsync``-ed, then moved over the target
-with ``os.replace``, which is atomic on POSIX and Windows when both live on one
-file system. A run stopped at any instant therefore leaves either the old file
-or the complete new one, never a truncated one. An error inside this module
-removes the temporary file; only a hard kill (SIGKILL, power loss) can leave a
-hidden ``.tmp`` file behind, and the target is still whole.
+(``.NAME.PID.RANDOM.tmp``), then moved over the target with ``os.replace``,
+which is atomic on POSIX and Windows when both live on one file system. A run
+stopped at any instant therefore leaves either the old file or the complete new
+one, never a truncated one. An error inside this module removes the temporary
+file; only a hard kill (SIGKILL) can leave a hidden ``.tmp`` file behind, and
+the target is still whole. ``durable=True`` adds ``fsync`` calls so that files
+also survive a power loss.
 
 PNG encoding is deterministic: the same array gives the same bytes on every run
 (fixed compression level, no optimisation pass, no timestamp or text chunks).
@@ -58,15 +59,20 @@ def _fsync_folder(folder: str) -> None:
             os.close(descriptor)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool = False) -> None:
     """Write ``data`` to ``path`` so that no reader ever sees a partial file.
 
-    Parent folders are created as needed. The new file gets the usual
-    permissions (``0o666`` less the umask).
+    The data goes to a temporary file in the same folder, which is renamed into
+    place: a process killed at any instant leaves either the old file or the new
+    one, never a truncated one. Parent folders are created as needed. The new
+    file gets the usual permissions (``0o666`` less the umask).
 
     Args:
         path: Target file; an existing file is replaced.
         data: The complete contents (``bytes``, ``bytearray`` or ``memoryview``).
+        durable: Also ``fsync`` the file and its folder, so that the file survives
+            a power loss too. Off by default: it costs milliseconds per file and a
+            killed process does not need it.
 
     Raises:
         TypeError: If ``data`` is not bytes-like.
@@ -96,7 +102,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             remaining = memoryview(data).cast("B")
             while remaining:  # os.write may write less than asked
                 remaining = remaining[os.write(descriptor, remaining):]
-            os.fsync(descriptor)
+            if durable:
+                os.fsync(descriptor)
         finally:
             os.close(descriptor)
         os.replace(temporary, target)
@@ -104,7 +111,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
-    _fsync_folder(folder)
+    if durable:
+        _fsync_folder(folder)
 
 
 def _check_picture(array: np.ndarray) -> np.ndarray:

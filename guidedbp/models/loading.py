@@ -14,6 +14,7 @@ import importlib.util
 import os
 import re
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,7 +231,9 @@ def _weights_error(name: str, weights: str, error: Exception) -> str:
     if weights.lower() != "imagenet":
         return f"cannot load weights {weights!r} into {name}: {reason}"
     url = re.search(r"https?://\S+?\.h5", str(error))
-    cache = os.path.join(os.environ.get("KERAS_HOME", os.path.expanduser("~/.keras")), "models")
+    cache = os.path.join(_keras_cache_dir(), "models")
+    # Keras says "URL fetch failure on {url}: {code} -- {reason}"; the URL is named below.
+    reason = re.sub(r"^URL fetch failure on \S+: (?:None -- )?", "", reason)
     if url:
         filename = url.group(0).rsplit("/", 1)[1]
         where = f"put {filename} (from {url.group(0)}) in {cache}/"
@@ -240,6 +243,24 @@ def _weights_error(name: str, weights: str, error: Exception) -> str:
         f"could not download ImageNet weights for {name} ({reason}): "
         f"{where}, or pass --weights PATH"
     )
+
+
+def _keras_cache_dir() -> str:
+    """Where ``keras.utils.get_file`` looks for downloads, as Keras itself decides it.
+
+    Keras reads ``KERAS_HOME`` once, when it is imported, and falls back to
+    ``/tmp/.keras`` where that folder is not writable.
+    """
+    try:
+        from keras.src.backend.config import keras_home
+    except ImportError:  # a Keras without that private module: its documented default
+        home = os.environ.get("KERAS_HOME", os.path.join(os.path.expanduser("~"), ".keras"))
+    else:
+        home = keras_home()
+    home = os.path.expanduser(home)
+    if not os.access(home, os.W_OK):
+        home = os.path.join("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir(), ".keras")
+    return home
 
 
 # -- files and folders -----------------------------------------------------------------
@@ -264,11 +285,17 @@ def _load_path(spec, signature, input_key, output_key, unsafe, custom_objects) -
     elif head.startswith(b"PK"):
         file_format = "keras"
     else:
-        raise ModelLoadError(
-            f"{spec!r} is not a model file guidedbp reads (.keras, .h5, or a SavedModel folder)"
-        )
+        raise ModelLoadError(_unknown_file_message(spec, path.suffix.lower()))
     objects = _import_custom_objects(custom_objects)
     return _load_keras_file(spec, file_format, unsafe, objects)
+
+
+def _unknown_file_message(spec: str, suffix: str) -> str:
+    if suffix == ".keras":
+        return f"{spec!r} is corrupt or not a Keras model: a .keras file is a zip archive, this is not"
+    if suffix in (".h5", ".hdf5"):
+        return f"{spec!r} is corrupt or not a Keras model: it is not an HDF5 file"
+    return f"{spec!r} is not a model file guidedbp reads (.keras, .h5, or a SavedModel folder)"
 
 
 def _load_keras_file(spec: str, file_format: str, unsafe: bool, objects: dict) -> LoadedModel:
@@ -311,6 +338,13 @@ def _keras_load_error(spec: str, error: Exception) -> str:
             f"{spec!r} uses {unknown.group(1)!r}, which is not a known Keras class: "
             "pass --custom-objects FILE_OR_MODULE defining it"
         )
+    if "No model config found" in text:
+        return (
+            f"{spec!r} holds weights only, no model: pass the whole model (.keras, .h5 or "
+            "SavedModel), or use it as --weights for the keras:NAME model it belongs to"
+        )
+    if "config.json" in text and "archive" in text:
+        return f"{spec!r} is a zip archive but not a .keras model (it has no config.json)"
     if isinstance(error, (OSError, EOFError)) or "truncated" in text.lower() or "signature" in text:
         return f"{spec!r} is truncated or corrupt: {_one_line(error)}"
     return f"cannot load {spec!r}: {_one_line(error)}"
@@ -396,7 +430,7 @@ def _load_saved_model(spec, signature, input_key, output_key) -> LoadedModel:
         raise ModelLoadError(f"{spec!r} is not a readable SavedModel: {_one_line(error)}") from error
     signatures = dict(saved.signatures)
     if signature not in signatures:
-        names = ", ".join(signatures) or "none"
+        names = ", ".join(sorted(signatures)) or "none"
         raise ModelLoadError(f"{spec!r} has no signature {signature!r} (it has: {names})")
     function = signatures[signature]
     input_specs = function.structured_input_signature[1]
@@ -416,12 +450,29 @@ def _load_saved_model(spec, signature, input_key, output_key) -> LoadedModel:
     except Exception as error:
         raise ModelLoadError(f"cannot inline {spec!r}'s graph: {_one_line(error)}") from error
     flat_inputs = tf.nest.flatten(function.structured_input_signature, expand_composites=True)
-    placeholder = frozen.inputs[[s.name for s in flat_inputs].index(input_spec.name)]
+    flat_names = [s.name for s in flat_inputs]
+    placeholder = frozen.inputs[flat_names.index(input_spec.name)]
     # Frozen outputs come in tf.nest's flattening order of the signature's outputs.
     output_keys = tf.nest.flatten({key: key for key in function.structured_outputs})
     output = frozen.outputs[output_keys.index(out_key)]
+    graph_def = _prune(frozen.graph.as_graph_def(), output.op.name)
+    needed = {node.name for node in graph_def.node}
+    if placeholder.op.name not in needed:
+        raise ModelLoadError(
+            f"{spec!r} output {out_key!r} does not depend on input {in_key!r}: "
+            "choose the image input with --input-key"
+        )
+    others = sorted(
+        key for key, tensor in zip(flat_names, frozen.inputs)
+        if key != in_key and tensor.op.name in needed
+    )
+    if others:
+        raise ModelLoadError(
+            f"{spec!r} output {out_key!r} also needs input(s) {', '.join(others)}, which "
+            f"guidedbp cannot supply: export a signature whose only input is the image"
+        )
     graph = FrozenGraph(
-        frozen.graph.as_graph_def(),
+        graph_def,
         input_name=placeholder.name,
         output_name=output.name,
         input_spec=tf.TensorSpec((None, *input_spec.shape[1:]), input_spec.dtype),
@@ -438,17 +489,42 @@ def _load_saved_model(spec, signature, input_key, output_key) -> LoadedModel:
 
 
 def _pick(spec: str, what: str, mapping: dict, key: str | None, flag: str) -> str:
+    keys = ", ".join(sorted(mapping))
     if key is not None:
         if key not in mapping:
-            raise ModelLoadError(
-                f"{spec!r} has no {what} {key!r} (it has: {', '.join(mapping)})"
-            )
+            raise ModelLoadError(f"{spec!r} has no {what} {key!r} (it has: {keys})")
         return key
     if len(mapping) != 1:
         raise ModelLoadError(
-            f"{spec!r} has {len(mapping)} {what}s ({', '.join(mapping)}): choose one with {flag}"
+            f"{spec!r} has {len(mapping)} {what}s ({keys}): choose one with {flag}"
         )
     return next(iter(mapping))
+
+
+def _prune(graph_def, output_name: str):
+    """The nodes ``output_name`` depends on, in their original order.
+
+    A signature's other outputs (an embedding beside the logits) would otherwise be
+    imported too: their ReLUs would show in the report and their inputs would need
+    feeding.
+    """
+    import tensorflow as tf
+
+    inputs = {
+        node.name: [name.lstrip("^").split(":")[0] for name in node.input]
+        for node in graph_def.node
+    }
+    needed, pending = set(), [output_name]
+    while pending:
+        name = pending.pop()
+        if name not in needed:
+            needed.add(name)
+            pending.extend(inputs.get(name, ()))
+    pruned = tf.compat.v1.GraphDef()
+    pruned.versions.CopyFrom(graph_def.versions)
+    pruned.library.CopyFrom(graph_def.library)
+    pruned.node.extend(node for node in graph_def.node if node.name in needed)
+    return pruned
 
 
 def _one_line(error: BaseException) -> str:

@@ -1,0 +1,258 @@
+"""guidedbp.io.inputs.collect_inputs: which files a run explains, in what order, named how."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from guidedbp.io.inputs import InputError, collect_inputs
+
+from .imagetree import make_tree
+
+# Everything make_tree writes that is an image by extension, in walk order: a folder's
+# files by name (code-point order: upper case first), then its subfolders by name.
+TREE_ORDER = [
+    "top.png",
+    "a/cat.jpg",
+    "b/cat.jpg",
+    "b/deep/er/gray.png",
+    "bad/empty.jpg",
+    "bad/text.jpg",
+    "bad/truncated.jpg",
+    "bad/truncated.png",
+    "formats/big.TIFF",
+    "formats/photo.jpeg",
+    "formats/pic.bmp",
+    "formats/pic.webp",
+    "formats/scan.tif",
+    "mixed/UPPER.JPG",
+    "mixed/cat.jpg",
+    "mixed/cat.png",
+    "mixed/cmyk.jpg",
+    "mixed/palette.gif",
+    "mixed/rgba.png",
+    "mixed/sixteen.png",
+]
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    return make_tree(tmp_path_factory.mktemp("inputs") / "tree")
+
+
+def _relative(collected, root) -> list[str]:
+    return [Path(os.path.relpath(item.path, root)).as_posix() for item in collected.items]
+
+
+def _stems(collected) -> list[str]:
+    return [item.output_stem for item in collected.items]
+
+
+def _touch(path: Path, data: bytes = b"x") -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return str(path)
+
+
+# -- folders ------------------------------------------------------------------------------
+
+
+def test_folder_is_walked_recursively_in_a_stable_order(tree):
+    collected = collect_inputs([str(tree.root)])
+    assert _relative(collected, tree.root) == TREE_ORDER
+    assert sorted(TREE_ORDER) == sorted([*tree.good, *tree.bad])  # every image-named file
+    assert collected.passed_over == 2  # notes.txt, b/readme.md
+
+
+def test_folder_outputs_mirror_paths_below_it(tree):
+    collected = collect_inputs([str(tree.root)])
+    stems = dict(zip(_relative(collected, tree.root), _stems(collected)))
+    assert stems["top.png"] == "top"
+    assert stems["a/cat.jpg"] == "a/cat"
+    assert stems["b/cat.jpg"] == "b/cat"
+    assert stems["b/deep/er/gray.png"] == "b/deep/er/gray"
+    assert stems["mixed/cat.jpg"] == "mixed/cat_jpg"  # one stem, two files in one folder
+    assert stems["mixed/cat.png"] == "mixed/cat_png"
+    assert stems["mixed/UPPER.JPG"] == "mixed/UPPER"
+    assert stems["formats/big.TIFF"] == "formats/big"
+    assert len({stem.lower() for stem in stems.values()}) == len(stems)
+
+
+def test_no_recursive_takes_the_top_folder_only(tree):
+    collected = collect_inputs([str(tree.root)], recursive=False)
+    assert _relative(collected, tree.root) == ["top.png"]
+    assert collected.passed_over == 1  # notes.txt; b/readme.md is not visited
+
+
+def test_hidden_files_and_folders_are_neither_taken_nor_counted(tmp_path):
+    _touch(tmp_path / "shown.png")
+    _touch(tmp_path / ".hidden.png")
+    _touch(tmp_path / ".shown.png.1234.abcd.tmp")  # what a killed run may leave behind
+    _touch(tmp_path / ".cache" / "inside.png")
+    _touch(tmp_path / "sub" / ".DS_Store")
+    collected = collect_inputs([str(tmp_path)])
+    assert _relative(collected, tmp_path) == ["shown.png"]
+    assert collected.passed_over == 0
+
+
+def test_arguments_keep_their_order_and_share_a_common_root(tree):
+    collected = collect_inputs([tree.path("mixed"), tree.path("a")])
+    assert _relative(collected, tree.root)[:1] == ["mixed/UPPER.JPG"]
+    assert _relative(collected, tree.root)[-1] == "a/cat.jpg"
+    # Two folders: paths relative to their common parent, so the folder names stay.
+    assert _stems(collected)[0] == "mixed/UPPER"
+    assert _stems(collected)[-1] == "a/cat"
+
+
+# -- files -----------------------------------------------------------------------------------
+
+
+def test_one_file_is_named_after_itself(tree):
+    collected = collect_inputs([tree.path("b/deep/er/gray.png")])
+    assert [item.path for item in collected.items] == [tree.path("b/deep/er/gray.png")]
+    assert _stems(collected) == ["gray"]
+
+
+def test_same_name_in_two_folders_never_collides(tree):
+    collected = collect_inputs([tree.path("a/cat.jpg"), tree.path("b/cat.jpg")])
+    assert _stems(collected) == ["a/cat", "b/cat"]
+
+
+def test_named_file_of_any_extension_is_taken(tree):
+    # A named file is the user's choice: it is explained or fails, never passed over.
+    collected = collect_inputs([tree.path("notes.txt"), tree.path("bad/empty.jpg")])
+    assert _relative(collected, tree.root) == ["notes.txt", "bad/empty.jpg"]
+    assert collected.passed_over == 0
+
+
+def test_same_file_given_twice_is_explained_once(tree):
+    spelled_again = os.path.join(tree.path("a"), "..", "a", "cat.jpg")
+    collected = collect_inputs([tree.path("a/cat.jpg"), spelled_again, tree.path("a")])
+    assert [item.path for item in collected.items] == [tree.path("a/cat.jpg")]
+    assert _stems(collected) == ["cat"]
+
+
+def test_symlink_to_a_file_already_taken_is_dropped(tmp_path):
+    real = _touch(tmp_path / "photos" / "cat.png")
+    os.symlink(real, tmp_path / "photos" / "link.png")
+    collected = collect_inputs([str(tmp_path / "photos")])
+    assert _relative(collected, tmp_path / "photos") == ["cat.png"]
+
+
+def test_missing_input_is_an_error_naming_it(tmp_path):
+    missing = str(tmp_path / "nope.jpg")
+    with pytest.raises(InputError, match="nope.jpg") as caught:
+        collect_inputs([str(tmp_path), missing])
+    assert "\n" not in str(caught.value)
+
+
+def test_folder_without_images_gives_no_items(tmp_path):
+    _touch(tmp_path / "a.txt")
+    _touch(tmp_path / "b" / "c.csv")
+    collected = collect_inputs([str(tmp_path)])
+    assert collected.items == []
+    assert collected.passed_over == 2
+
+
+# -- globs -------------------------------------------------------------------------------------
+
+
+def test_glob_mirrors_paths_below_its_fixed_part(tree):
+    collected = collect_inputs([f"{tree.root}/*/cat.*"])
+    assert _relative(collected, tree.root) == [
+        "a/cat.jpg", "b/cat.jpg", "mixed/cat.jpg", "mixed/cat.png"]
+    assert _stems(collected) == ["a/cat", "b/cat", "mixed/cat_jpg", "mixed/cat_png"]
+
+
+def test_double_star_glob_reaches_every_depth(tree):
+    collected = collect_inputs([f"{tree.root}/**/*.png"])
+    assert _relative(collected, tree.root) == sorted(
+        path for path in TREE_ORDER if path.endswith(".png"))
+    assert "top.png" in _relative(collected, tree.root)  # ** matches no folder too
+    assert "b/deep/er/gray.png" in _relative(collected, tree.root)
+
+
+def test_double_star_without_recursion_is_one_level(tree):
+    collected = collect_inputs([f"{tree.root}/**/*.png"], recursive=False)
+    assert _relative(collected, tree.root) == [
+        "bad/truncated.png", "mixed/cat.png", "mixed/rgba.png", "mixed/sixteen.png"]
+
+
+def test_glob_counts_the_other_files_it_matches(tree):
+    collected = collect_inputs([f"{tree.root}/**/*"])
+    assert sorted(_relative(collected, tree.root)) == sorted(TREE_ORDER)
+    assert collected.passed_over == 2  # folders matched by ** are not counted
+
+
+def test_glob_matching_nothing_is_an_error(tree):
+    with pytest.raises(InputError, match=r"\*\.heic"):
+        collect_inputs([f"{tree.root}/*.heic"])
+
+
+# -- the output folder -----------------------------------------------------------------------
+
+
+def test_output_folder_inside_an_input_is_not_walked(tmp_path):
+    _touch(tmp_path / "photos" / "cat.png")
+    _touch(tmp_path / "photos" / "maps" / "cat.guided.color.png")
+    _touch(tmp_path / "photos" / "maps" / "manifest.jsonl")
+    collected = collect_inputs([str(tmp_path / "photos")], exclude=tmp_path / "photos" / "maps")
+    assert _relative(collected, tmp_path / "photos") == ["cat.png"]
+    assert collected.passed_over == 0
+    # Spelled differently (relative, with ..), it is still the same folder.
+    here = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        collected = collect_inputs(["photos"], exclude="photos/../photos/maps")
+    finally:
+        os.chdir(here)
+    assert [item.path for item in collected.items] == [os.path.join("photos", "cat.png")]
+
+
+def test_output_folder_inside_a_glob_is_not_taken(tmp_path):
+    _touch(tmp_path / "photos" / "cat.png")
+    _touch(tmp_path / "photos" / "maps" / "cat.guided.color.png")
+    _touch(tmp_path / "photos" / "maps" / "sub" / "cat.guided.gray.png")
+    collected = collect_inputs(
+        [f"{tmp_path}/photos/**/*.png"], exclude=tmp_path / "photos" / "maps")
+    assert _relative(collected, tmp_path / "photos") == ["cat.png"]
+
+
+# -- names never collide -----------------------------------------------------------------------
+
+
+def test_stems_with_extension_suffix_do_not_collide_with_real_names(tmp_path):
+    names = ["cat.jpg", "cat.png", "cat_jpg.png", "Cat_png.bmp"]
+    for name in names:
+        _touch(tmp_path / name)
+    collected = collect_inputs([str(tmp_path / name) for name in names])
+    stems = _stems(collected)
+    assert stems == ["cat_jpg", "cat_png", "cat_jpg_2", "Cat_png_2"]
+
+
+_NAMES = st.sampled_from(
+    ["a.jpg", "a.png", "A.PNG", "a_jpg.png", "a_png.gif", "b.jpeg", "b_2.png", "c.tif"])
+_FOLDERS = st.sampled_from(["", "x", "x/y", "z"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(_FOLDERS, _NAMES), min_size=1, max_size=12, unique=True))
+def test_output_stems_are_unique_and_stay_in_their_folder(files):
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder) / "in"
+        for sub, name in files:
+            _touch(root / sub / name)
+        collected = collect_inputs([str(root)])
+        stems = _stems(collected)
+        assert len(collected.items) == len(files)
+        # Unique even ignoring case, so no two inputs share an output on any disk.
+        assert len({stem.lower() for stem in stems}) == len(stems)
+        for item, stem in zip(collected.items, stems):
+            relative = Path(os.path.relpath(item.path, root))
+            assert Path(stem).parent == relative.parent  # mirrors the input's folder
+            assert Path(stem).name.lower().startswith(relative.stem.lower())
