@@ -4,7 +4,7 @@ TensorFlow is imported only when an engine name is first used, so that
 ``import guidedbp`` and ``guidedbp --help`` stay instant.
 
 >>> import guidedbp
->>> guidedbp.METHODS
+>>> guidedbp.METHODS[:3]
 ('guided', 'vanilla', 'deconvnet')
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 #: Attribution methods, in the order the CLI lists them.
-METHODS = ("guided", "vanilla", "deconvnet")
+METHODS = ("guided", "vanilla", "deconvnet", "gradcam", "guided-gradcam", "integrated-gradients")
 
 _LAZY = {
     "Explainer": "guidedbp.engine.explainer",

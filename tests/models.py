@@ -86,3 +86,6 @@ def sigmoid_head() -> keras.Model:
 
 X12 = np.array([[[[1.0, 2.0]]]], np.float32)  # the input x = (1, 2) of the MLPs
 X3x3 = np.array([[1, 2, 0], [3, 1, 2], [0, 1, 1]], np.float32).reshape(1, 3, 3, 1)
+
+#: The three backprop methods that differ only in their ReLU gradient.
+GRADIENT_METHODS = ("guided", "vanilla", "deconvnet")

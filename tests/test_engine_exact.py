@@ -7,7 +7,7 @@ import pytest
 import guidedbp
 from guidedbp import Explainer, NoReluWarning, saliency
 
-from .models import X12, X3x3, cnn, mlp, prelu_mlp, relu6_mlp, sigmoid_head
+from .models import GRADIENT_METHODS, X12, X3x3, cnn, mlp, prelu_mlp, relu6_mlp, sigmoid_head
 
 # MLP, class 0. Forward: pre1 = x.W1 = [3, 1, -1] -> h1 = [3, 1, 0];
 # pre2 = h1.W2 = [2, 5] -> h2 = [2, 5]; logits = [2 - 5, 1 + 2.5] = [-3, 3.5].
@@ -42,13 +42,13 @@ def mlp_model():
     return mlp()
 
 
-@pytest.mark.parametrize("method", guidedbp.METHODS)
+@pytest.mark.parametrize("method", GRADIENT_METHODS)
 def test_mlp_matches_hand_computation(mlp_model, method):
     maps = Explainer(mlp_model, method)(X12, target=0)
     np.testing.assert_array_equal(maps, np.array(MLP_CLASS0[method], np.float32).reshape(1, 1, 1, 2))
 
 
-@pytest.mark.parametrize("method", guidedbp.METHODS)
+@pytest.mark.parametrize("method", GRADIENT_METHODS)
 def test_top1_default_target_is_class_1(mlp_model, method):
     explanation = Explainer(mlp_model, method).explain(X12)
     assert explanation.targets.tolist() == [1]
@@ -56,7 +56,7 @@ def test_top1_default_target_is_class_1(mlp_model, method):
     np.testing.assert_array_equal(explanation.maps.ravel(), MLP_CLASS1[method])
 
 
-@pytest.mark.parametrize("method", guidedbp.METHODS)
+@pytest.mark.parametrize("method", GRADIENT_METHODS)
 def test_cnn_matches_hand_computation(method):
     maps = Explainer(cnn(), method)(X3x3, target=0)
     np.testing.assert_array_equal(maps[0, :, :, 0], np.array(CNN_CLASS0[method], np.float32))
@@ -127,7 +127,7 @@ RELU6_CLASS0 = {"vanilla": [2, -2], "guided": [0, 0], "deconvnet": [7, -1]}
     [lambda: keras.layers.ReLU(max_value=6.0), lambda: keras.layers.Activation("relu6")],
     ids=["ReLU(max_value=6)", "Activation(relu6)"],
 )
-@pytest.mark.parametrize("method", guidedbp.METHODS)
+@pytest.mark.parametrize("method", GRADIENT_METHODS)
 def test_relu6_mask_is_zero_outside_0_6(make_layer, method):
     explainer = Explainer(relu6_mlp(make_layer()), method)
     np.testing.assert_array_equal(explainer(X12, 0).ravel(), RELU6_CLASS0[method])
@@ -140,7 +140,7 @@ def test_prelu_keeps_its_plain_gradient():
     # pre = [3, -2] -> PReLU(0.25) = [3, -0.5]; d logit0 / dh = [-1, 2];
     # PReLU slope [1, 0.25] -> [-1, 0.5]; W1.[-1, 0.5] = [-2, -1], for every method.
     model = prelu_mlp()
-    for method in guidedbp.METHODS:
+    for method in GRADIENT_METHODS:
         explainer = Explainer(model, method)
         with pytest.warns(NoReluWarning) if method != "vanilla" else _no_warning():
             np.testing.assert_array_equal(explainer(X12, 0).ravel(), [-2, -1])

@@ -21,6 +21,7 @@ TREE_ORDER = [
     "a/cat.jpg",
     "b/cat.jpg",
     "b/deep/er/gray.png",
+    "bad/corrupt.png",
     "bad/empty.jpg",
     "bad/text.jpg",
     "bad/truncated.jpg",
@@ -180,7 +181,8 @@ def test_double_star_glob_reaches_every_depth(tree):
 def test_double_star_without_recursion_is_one_level(tree):
     collected = collect_inputs([f"{tree.root}/**/*.png"], recursive=False)
     assert _relative(collected, tree.root) == [
-        "bad/truncated.png", "mixed/cat.png", "mixed/rgba.png", "mixed/sixteen.png"]
+        "bad/corrupt.png", "bad/truncated.png", "mixed/cat.png", "mixed/rgba.png",
+        "mixed/sixteen.png"]
 
 
 def test_glob_counts_the_other_files_it_matches(tree):
@@ -221,6 +223,23 @@ def test_output_folder_inside_a_glob_is_not_taken(tmp_path):
     collected = collect_inputs(
         [f"{tmp_path}/photos/**/*.png"], exclude=tmp_path / "photos" / "maps")
     assert _relative(collected, tmp_path / "photos") == ["cat.png"]
+
+
+def test_maps_written_into_an_input_folder_are_not_taken(tmp_path):
+    # OUT is the input folder itself: its images stay inputs, our maps do not.
+    photos = tmp_path / "photos"
+    for name in ["cat.png", "holiday.guided.png", "cat.guided.color.png",
+                 "cat.2-bird.vanilla.panel.png", "sub/dog.deconvnet.gray.png",
+                 "cat.guided.npy", "manifest.jsonl"]:
+        _touch(photos / name)
+    collected = collect_inputs([str(photos)], exclude=photos)
+    assert _relative(collected, photos) == ["cat.png", "holiday.guided.png"]
+    assert collected.passed_over == 0
+    collected = collect_inputs([f"{photos}/**/*.png"], exclude=photos)
+    assert _relative(collected, photos) == ["cat.png", "holiday.guided.png"]
+    # Outside the output folder the same names are ordinary images.
+    collected = collect_inputs([str(photos)], exclude=tmp_path / "maps")
+    assert len(collected.items) == 5 and collected.passed_over == 2
 
 
 # -- names never collide -----------------------------------------------------------------------

@@ -68,7 +68,8 @@ Outputs, under OUT mirroring each input's path below the folder it was found in:
 @click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULT_BATCH_SIZE,
               show_default=True, help="Images per engine pass; bounds memory.")
 @click.option("--skip-existing", is_flag=True,
-              help="Resume: inputs whose outputs all exist are not recomputed.")
+              help="Resume: inputs whose outputs all exist are not recomputed. (With "
+                   "--top-k every input is: its file names depend on the prediction.)")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first input that fails.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary line.")
 @model_options
@@ -115,7 +116,11 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
     )
     os.makedirs(output, exist_ok=True)
     progress = Progress(len(collected.items)) if _show_progress(options["quiet"]) else None
-    summary = ExplainJob(loaded, explainer, settings, progress).run(collected.items)
+    try:
+        summary = ExplainJob(loaded, explainer, settings, progress).run(collected.items)
+    except KeyboardInterrupt:  # a second Ctrl-C: the manifest was flushed on the way out
+        click.echo("\naborted", err=True)
+        sys.exit(130)
     if progress is not None:
         progress.close()
     if not options["quiet"]:

@@ -45,7 +45,8 @@ def describe(spec: str, options: dict) -> dict:
     size = options.get("size")
     height, width, channels = loaded.input_shape
     if height is None or width is None:
-        fitting = f"free spatial size: {'%dx%d' % size if size else 'each image keeps its own size'}"
+        chosen = "%dx%d" % size if size else "each image keeps its own size"
+        fitting = f"free spatial size: {chosen}"
     else:
         fitting = f"{options.get('resize', 'stretch')} to {height}x{width}"
     notes = list(loaded.notes)

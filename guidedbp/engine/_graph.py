@@ -74,6 +74,22 @@ def register_gradients() -> None:
         _registered = True
 
 
+def set_gradient(ops: list[tf.Operation], gradient: str | None) -> None:
+    """Point ``ops`` at a registered gradient, or back at their own (``None``).
+
+    This is the attribute ``gradient_override_map`` sets on ops it creates; it is
+    read when ``tf.gradients`` builds the backward pass, so changing it between two
+    ``tf.gradients`` calls gives each call its own gradient for the same forward.
+    """
+    from tensorflow.core.framework import attr_value_pb2
+
+    for op in ops:
+        if gradient is None:
+            op._clear_attr("_gradient_op_type")
+        else:
+            op._set_attr("_gradient_op_type", attr_value_pb2.AttrValue(s=gradient.encode()))
+
+
 def find_logits(output: tf.Tensor) -> tuple[tf.Tensor, str | None, tf.Operation | None]:
     """Walk back from a model output to the pre-activation logits.
 
@@ -118,6 +134,7 @@ class Report:
         plain_activations: Activations left with their plain gradient, by type.
         head: The output head bypassed to reach the logit, or ``None``.
         num_classes: Number of classes the target may name.
+        layer: Grad-CAM's feature-map layer (its name scope in the graph), or ``None``.
     """
 
     method: str
@@ -125,6 +142,7 @@ class Report:
     plain_activations: dict[str, int] = field(default_factory=dict)
     head: str | None = None
     num_classes: int = 0
+    layer: str | None = None
 
     @property
     def num_guided(self) -> int:
@@ -137,6 +155,7 @@ class Report:
             "plain_activations": dict(self.plain_activations),
             "head_bypassed": self.head,
             "num_classes": self.num_classes,
+            "layer": self.layer,
         }
 
     def __str__(self) -> str:

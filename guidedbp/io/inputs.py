@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guidedbp import METHODS
 from guidedbp.io.images import is_image_path
+from guidedbp.render import RENDERS
 
 _GLOB_CHARS = set("*?[")
+
+# What a run writes into its output folder: STEM[.CLASS].METHOD.RENDER.png,
+# STEM[.CLASS].METHOD.npy and manifest.jsonl. There they are never inputs.
+_OUTPUT_NAME = re.compile(
+    rf"\.(?:{'|'.join(METHODS)})\.(?:(?:{'|'.join(RENDERS)})\.png|npy)$|^manifest\.jsonl$"
+)
 
 
 class InputError(ValueError):
@@ -49,7 +58,9 @@ def collect_inputs(
     A file named directly is always included (an unreadable one fails later, for
     that file alone); files found in folders or by globs are included by
     extension and the rest counted as passed over. ``exclude`` (the output
-    folder) is never walked into.
+    folder) is never walked into, and the maps and manifest a run wrote there are
+    never taken or counted, even when that folder is an INPUT folder itself or
+    lies under a glob's reach.
 
     Raises:
         InputError: For an argument that names no file, folder or glob match.
@@ -73,7 +84,7 @@ def collect_inputs(
                 raise InputError(f"{argument!r} matches no file")
             root = _glob_root(argument)
             for path in matches:
-                if _inside(path, excluded):
+                if _is_output(path, excluded):
                     continue  # a glob such as photos/**/*.png must not pick up our own maps
                 if os.path.isfile(path) and is_image_path(path):
                     found.append((path, root))
@@ -92,17 +103,18 @@ def _walk(folder: str, recursive: bool, excluded: str | None):
             if not d.startswith(".") and os.path.realpath(os.path.join(current, d)) != excluded
         )
         for name in sorted(files):
-            if not name.startswith("."):
-                yield os.path.join(current, name)
+            path = os.path.join(current, name)
+            if not name.startswith(".") and not _is_output(path, excluded):
+                yield path
         if not recursive:
             dirs[:] = []
 
 
-def _inside(path: str, folder: str | None) -> bool:
-    if folder is None:
+def _is_output(path: str, excluded: str | None) -> bool:
+    """A map or manifest that a run wrote into the output folder ``excluded``."""
+    if excluded is None or not _OUTPUT_NAME.search(os.path.basename(path)):
         return False
-    real = os.path.realpath(path)
-    return real == folder or real.startswith(folder.rstrip(os.sep) + os.sep)
+    return os.path.realpath(path).startswith(excluded.rstrip(os.sep) + os.sep)
 
 
 def _glob_root(pattern: str) -> str:

@@ -97,11 +97,16 @@ class FrozenGraph:
         self.output_name = output_name
         self.inputs = [input_spec]  # what the engine reads the image shape from
         self.name = name
+        self._eager_call = None
 
     def __call__(self, images, training: bool = False):
         import tensorflow as tf
 
         del training  # a SavedModel signature is already in inference mode
+        if tf.executing_eagerly():  # importing a graph needs a graph: trace one, once
+            if self._eager_call is None:
+                self._eager_call = tf.function(self.__call__, input_signature=self.inputs)
+            return self._eager_call(tf.cast(images, self.inputs[0].dtype))
         images = tf.cast(images, self.inputs[0].dtype)
         (output,) = tf.graph_util.import_graph_def(
             self.graph_def,
@@ -227,13 +232,12 @@ def _application_weights(weights: str):
 
 
 def _weights_error(name: str, weights: str, error: Exception) -> str:
-    reason = _one_line(error)
     if weights.lower() != "imagenet":
-        return f"cannot load weights {weights!r} into {name}: {reason}"
+        return f"cannot load weights {weights!r} into {name}: {_one_line(error)}"
     url = re.search(r"https?://\S+?\.h5", str(error))
     cache = os.path.join(_keras_cache_dir(), "models")
     # Keras says "URL fetch failure on {url}: {code} -- {reason}"; the URL is named below.
-    reason = re.sub(r"^URL fetch failure on \S+: (?:None -- )?", "", reason)
+    reason = _one_line(re.sub(r"^\s*URL fetch failure on \S+: (?:None -- )?", "", str(error)))
     if url:
         filename = url.group(0).rsplit("/", 1)[1]
         where = f"put {filename} (from {url.group(0)}) in {cache}/"
@@ -292,7 +296,10 @@ def _load_path(spec, signature, input_key, output_key, unsafe, custom_objects) -
 
 def _unknown_file_message(spec: str, suffix: str) -> str:
     if suffix == ".keras":
-        return f"{spec!r} is corrupt or not a Keras model: a .keras file is a zip archive, this is not"
+        return (
+            f"{spec!r} is corrupt or not a Keras model: a .keras file is a zip archive, "
+            "this is not"
+        )
     if suffix in (".h5", ".hdf5"):
         return f"{spec!r} is corrupt or not a Keras model: it is not an HDF5 file"
     return f"{spec!r} is not a model file guidedbp reads (.keras, .h5, or a SavedModel folder)"
@@ -330,9 +337,9 @@ def _keras_load_error(spec: str, error: Exception) -> str:
             f"{spec!r} contains a Lambda layer, whose code runs when the model loads; "
             "if you trust this file, pass --unsafe-deserialization"
         )
-    unknown = re.search(r"Unknown (?:layer|object|class)[^'`\"]*['`\"]([\w.>]+)", text) or re.search(
-        r"Could not locate class '([\w.]+)'", text
-    )
+    unknown = re.search(
+        r"Unknown (?:layer|object|class)[^'`\"]*['`\"]([\w.>]+)", text
+    ) or re.search(r"Could not locate class '([\w.]+)'", text)
     if unknown:
         return (
             f"{spec!r} uses {unknown.group(1)!r}, which is not a known Keras class: "
@@ -368,7 +375,9 @@ def _import_custom_objects(source: str | None) -> dict:
     except ModelLoadError:
         raise
     except Exception as error:
-        raise ModelLoadError(f"cannot import custom objects {source!r}: {_one_line(error)}") from error
+        raise ModelLoadError(
+            f"cannot import custom objects {source!r}: {_one_line(error)}"
+        ) from error
     import keras
 
     # Registered classes are found by Keras itself; plain ones by their class name.
@@ -385,7 +394,9 @@ def _from_keras_object(model, file_format: str, source: str) -> LoadedModel:
     except (AttributeError, ValueError):
         inputs = None
     if inputs is not None and len(inputs) != 1:
-        raise ModelLoadError(f"{source!r} has {len(inputs)} inputs; guidedbp explains one image input")
+        raise ModelLoadError(
+            f"{source!r} has {len(inputs)} inputs; guidedbp explains one image input"
+        )
     shape = tuple(inputs[0].shape[1:]) if inputs else (None, None, None)
     if len(shape) != 3:
         raise ModelLoadError(f"{source!r} takes inputs of shape {shape}, not (H, W, C) images")
@@ -427,7 +438,9 @@ def _load_saved_model(spec, signature, input_key, output_key) -> LoadedModel:
     try:
         saved = tf.saved_model.load(spec)
     except Exception as error:
-        raise ModelLoadError(f"{spec!r} is not a readable SavedModel: {_one_line(error)}") from error
+        raise ModelLoadError(
+            f"{spec!r} is not a readable SavedModel: {_one_line(error)}"
+        ) from error
     signatures = dict(saved.signatures)
     if signature not in signatures:
         names = ", ".join(sorted(signatures)) or "none"
@@ -463,8 +476,8 @@ def _load_saved_model(spec, signature, input_key, output_key) -> LoadedModel:
             "choose the image input with --input-key"
         )
     others = sorted(
-        key for key, tensor in zip(flat_names, frozen.inputs)
-        if key != in_key and tensor.op.name in needed
+        name for name, tensor in zip(flat_names, frozen.inputs)
+        if tensor.op.name != placeholder.op.name and tensor.op.name in needed
     )
     if others:
         raise ModelLoadError(
@@ -502,7 +515,7 @@ def _pick(spec: str, what: str, mapping: dict, key: str | None, flag: str) -> st
 
 
 def _prune(graph_def, output_name: str):
-    """The nodes ``output_name`` depends on, in their original order.
+    """``graph_def`` cut down to the nodes ``output_name`` depends on, in their order.
 
     A signature's other outputs (an embedding beside the logits) would otherwise be
     imported too: their ReLUs would show in the report and their inputs would need
@@ -527,6 +540,6 @@ def _prune(graph_def, output_name: str):
     return pruned
 
 
-def _one_line(error: BaseException) -> str:
+def _one_line(error: BaseException | str) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,760 @@
+"""``guidedbp explain``: a generated tree of good and bad images through the real command.
+
+Most cases run in-process with click's CliRunner, so TensorFlow is imported once;
+a few run ``python -m guidedbp`` in a subprocess: SIGKILL and Ctrl-C mid-run, the
+imports ``--help`` pays for, and the exit code a shell sees. One tiny model serves
+the module: 16x16x3 -> Rescaling -> Conv2D(4, 3, relu) -> global average -> Dense(3,
+softmax), saved once as .keras; a second one with free spatial size checks that
+images keep their own size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import keras
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from guidedbp import Explainer
+from guidedbp.cli import main
+from guidedbp.io.images import decode_image
+from guidedbp.io.manifest import read_manifest
+from guidedbp.models.preprocess import fit, preprocess
+from guidedbp.render import PANEL_GAP, RENDERS, render
+
+from .imagetree import EMPTY, NOT_IMAGE, make_flat, make_tree, noise, reason_matches, snapshot
+
+LABELS = ["cat", "dog", "bird"]
+ALL_RENDERS = ",".join(RENDERS)
+RECORD_KEYS = {"input", "status", "error", "class", "label", "score", "method", "outputs",
+               "raw", "targets"}
+TARGET_KEYS = {"class", "label", "score", "outputs", "raw"}
+REPO = Path(__file__).resolve().parents[1]
+FLAT_COUNT = 320
+
+# Where each good image of the tree lands below OUT when the tree's folder is the input.
+TREE_STEMS = {
+    "top.png": "top",
+    "a/cat.jpg": "a/cat",
+    "b/cat.jpg": "b/cat",
+    "b/deep/er/gray.png": "b/deep/er/gray",
+    "mixed/cat.jpg": "mixed/cat_jpg",
+    "mixed/cat.png": "mixed/cat_png",
+    "mixed/rgba.png": "mixed/rgba",
+    "mixed/palette.gif": "mixed/palette",
+    "mixed/cmyk.jpg": "mixed/cmyk",
+    "mixed/sixteen.png": "mixed/sixteen",
+    "mixed/UPPER.JPG": "mixed/UPPER",
+    "formats/photo.jpeg": "formats/photo",
+    "formats/pic.bmp": "formats/pic_bmp",
+    "formats/pic.webp": "formats/pic_webp",
+    "formats/scan.tif": "formats/scan",
+    "formats/big.TIFF": "formats/big",
+}
+
+
+# -- fixtures and helpers --------------------------------------------------------------------
+
+
+def _cnn(shape) -> keras.Model:
+    """Seeded weights, plus a pull of filter k and class k towards colour channel k,
+    so that images of different colour balance rank the classes differently."""
+    keras.utils.set_random_seed(1234)
+    conv = keras.layers.Conv2D(4, 3, activation="relu")
+    dense = keras.layers.Dense(3, activation="softmax")
+    model = keras.Sequential([keras.Input(shape), keras.layers.Rescaling(1 / 255), conv,
+                              keras.layers.GlobalAveragePooling2D(), dense])
+    kernel, bias = conv.get_weights()
+    for channel in range(3):
+        kernel[:, :, channel, channel] += 0.3
+    conv.set_weights([kernel, bias])
+    weights, bias = dense.get_weights()
+    weights[:3] += 8 * (np.eye(3) - 1 / 3)
+    dense.set_weights([weights, bias])
+    return model
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("explain")
+
+
+@pytest.fixture(scope="module")
+def tiny(workspace):
+    """The module's model: .keras path, labels file, and the model loaded back."""
+    path = workspace / "tiny.keras"
+    _cnn((16, 16, 3)).save(path)
+    labels = workspace / "labels.txt"
+    labels.write_text("\n".join(LABELS) + "\n")
+    model = keras.models.load_model(path)
+    return SimpleNamespace(path=str(path), labels=str(labels), model=model,
+                           explainer=Explainer(model))
+
+
+@pytest.fixture(scope="module")
+def free(workspace):
+    """The same network with free height and width."""
+    path = workspace / "free.keras"
+    _cnn((None, None, 3)).save(path)
+    model = keras.models.load_model(path)
+    return SimpleNamespace(path=str(path), model=model, explainer=Explainer(model))
+
+
+@pytest.fixture(scope="module")
+def tree(workspace):
+    return make_tree(workspace / "tree")
+
+
+def explain(*args: str):
+    """Run ``guidedbp explain ARGS`` in-process; stdout and stderr are kept apart."""
+    return CliRunner().invoke(main, ["explain", *map(str, args)])
+
+
+def records_of(out: Path) -> list[dict]:
+    return read_manifest(out / "manifest.jsonl")
+
+
+def by_input(records: list[dict], root: Path) -> dict[str, dict]:
+    return {Path(os.path.relpath(r["input"], root)).as_posix(): r for r in records}
+
+
+def model_input(path: str, size=(16, 16)):
+    """What the model should see for an image: decoded, fitted (stretch), preprocessed."""
+    original = decode_image(path)
+    fitted, placement = fit(original, size, "stretch")
+    return SimpleNamespace(original=original, fitted=fitted, placement=placement,
+                           x=preprocess(fitted, "none"))
+
+
+def load_png(path: Path) -> Image.Image:
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        image.load()  # decodes every byte: a truncated file fails here
+        return image.copy()
+
+
+def stderr_lines(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip()]
+
+
+def assert_one_line_error(result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = stderr_lines(result)
+    assert len(lines) == 1 and lines[0].startswith("Error: "), lines
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+# -- one run over the whole tree ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def full(workspace, tree, tiny):
+    """The tree through every render, with --raw and --labels, into an OUT outside it."""
+    out = workspace / "full"
+    before = snapshot(tree.root)
+    result = explain(tiny.path, tree.root, "-o", out, "--labels", tiny.labels, "--raw",
+                     "--render", ALL_RENDERS, "--batch-size", "4")
+    after = snapshot(tree.root)
+    records = records_of(out)
+    return SimpleNamespace(result=result, out=out, records=records, before=before, after=after,
+                           inputs=by_input(records, tree.root))
+
+
+def test_bad_files_do_not_stop_the_run(full, tree):
+    assert full.result.exit_code == 1  # some inputs failed
+    assert sorted(full.inputs) == sorted([*tree.good, *tree.bad])
+    assert all(full.inputs[name]["status"] == "ok" for name in tree.good)
+    for name, reason in tree.bad.items():
+        record = full.inputs[name]
+        assert record["status"] == "error"
+        assert reason_matches(record["error"], reason), (name, record["error"])
+        assert record["outputs"] == {} and record["raw"] is None and record["targets"] == []
+        assert record["class"] is None and record["score"] is None
+
+
+def test_summary_counts_and_lists_failures(full, tree):
+    lines = stderr_lines(full.result)
+    assert lines[0].startswith(
+        f"{len(tree.good)} explained, {len(tree.bad)} failed, "
+        f"{len(tree.passed_over)} other files passed over in ")
+    assert lines[0].endswith(f"maps and manifest.jsonl in {full.out}/")
+    failed = sorted(lines[1:])
+    assert failed == sorted(f"  failed: {tree.path(name)}: {full.inputs[name]['error']}"
+                            for name in tree.bad)
+    assert full.result.stdout == ""
+    assert "Traceback" not in full.result.output
+
+
+def test_manifest_records_have_every_field(full):
+    for record in full.records:
+        assert set(record) == RECORD_KEYS
+        assert record["method"] == "guided"
+        assert record["error"] is None or "\n" not in record["error"]
+        for target in record["targets"]:
+            assert set(target) == TARGET_KEYS
+
+
+def test_outputs_mirror_input_paths(full):
+    for name, stem in TREE_STEMS.items():
+        record = full.inputs[name]
+        assert record["outputs"] == {r: f"{stem}.guided.{r}.png" for r in RENDERS}
+        assert record["raw"] == f"{stem}.guided.npy"
+        assert record["targets"] == [{key: record[key] for key in TARGET_KEYS}]
+
+
+def test_out_holds_the_manifest_and_the_listed_outputs_only(full):
+    listed = {"manifest.jsonl"}
+    for record in full.records:
+        listed.update(record["outputs"].values())
+        if record["raw"]:
+            listed.add(record["raw"])
+    on_disk = {Path(p).as_posix() for p in snapshot(full.out)}
+    assert on_disk == listed  # every listed file exists; no temporary file is left
+
+
+def test_input_tree_is_unchanged(full):
+    assert full.after == full.before
+
+
+def test_renders_are_pngs_at_the_original_size(full, tree):
+    for name, (height, width) in tree.good.items():
+        outputs = full.inputs[name]["outputs"]
+        for render_name in ("color", "heatmap", "overlay"):
+            image = load_png(full.out / outputs[render_name])
+            assert (image.mode, image.size) == ("RGB", (width, height)), (name, render_name)
+        gray = load_png(full.out / outputs["gray"])
+        assert (gray.mode, gray.size) == ("L", (width, height))
+        panel = load_png(full.out / outputs["panel"])
+        assert panel.mode == "RGB"
+        # original, color, gray and overlay side by side, with a caption and titles.
+        assert panel.width == 4 * width + 3 * PANEL_GAP
+        assert panel.height > height
+
+
+def test_raw_map_equals_the_explainer_on_the_preprocessed_image(full, tree, tiny):
+    for name in tree.good:
+        record = full.inputs[name]
+        raw = np.load(full.out / record["raw"])
+        assert raw.dtype == np.float32 and raw.shape == (16, 16, 3)
+        expected = tiny.explainer(model_input(tree.path(name)).x[None], record["class"])[0]
+        np.testing.assert_allclose(raw, expected, rtol=0, atol=1e-6, err_msg=name)
+        assert np.abs(raw).max() > 0  # a real map, not zeros
+
+
+def test_renders_show_the_raw_map_on_the_original_image(full, tree):
+    for name in tree.good:
+        record = full.inputs[name]
+        seen = model_input(tree.path(name))
+        shown = seen.placement.to_original(np.load(full.out / record["raw"]))
+        for render_name in ("color", "gray", "overlay"):
+            expected = render(render_name, shown, seen.original)
+            actual = np.asarray(load_png(full.out / record["outputs"][render_name]))
+            np.testing.assert_array_equal(actual, expected, err_msg=f"{name} {render_name}")
+
+
+def test_class_label_and_score_are_the_models_prediction(full, tree, tiny):
+    names = sorted(tree.good)
+    batch = np.stack([model_input(tree.path(name)).x for name in names])
+    probabilities = tiny.model.predict(batch, verbose=0)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1, atol=1e-5)  # softmax output
+    for name, row in zip(names, probabilities):
+        record = full.inputs[name]
+        assert record["class"] == int(np.argmax(row))
+        assert record["label"] == LABELS[record["class"]]
+        assert record["score"] == pytest.approx(float(row[record["class"]]), abs=1e-5)
+
+
+def test_same_inputs_give_identical_files(full, tree, tiny, tmp_path):
+    again = tmp_path / "again"
+    result = explain(tiny.path, tree.root, "-o", again, "--labels", tiny.labels, "--raw",
+                     "--render", ALL_RENDERS, "--batch-size", "4")
+    assert result.exit_code == 1
+    first, second = snapshot(full.out), snapshot(again)
+    assert sorted(first) == sorted(second)
+    for name in first:
+        if name.endswith((".png", ".npy")):
+            assert first[name][2] == second[name][2], name  # sha256 of the bytes
+    assert records_of(again) == full.records
+
+
+# -- where outputs go -------------------------------------------------------------------------
+
+
+def test_default_output_folder_is_guidedbp_out(tree, tiny, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tree.root)
+    result = explain(tiny.path, tree.path("a/cat.jpg"), tree.path("b/cat.jpg"))
+    assert result.exit_code == 0, result.output
+    assert sorted(snapshot(tmp_path / "guidedbp-out")) == [
+        "a/cat.guided.color.png", "a/cat.guided.overlay.png",  # default renders
+        "b/cat.guided.color.png", "b/cat.guided.overlay.png",
+        "manifest.jsonl",
+    ]
+    assert snapshot(tree.root) == before
+
+
+def test_output_folder_inside_the_input_is_not_taken_as_input(tiny, tmp_path):
+    photos = tmp_path / "photos"
+    (photos / "sub").mkdir(parents=True)
+    Image.fromarray(noise(12, 12, 1)).save(photos / "x.png")
+    Image.fromarray(noise(10, 14, 2)).save(photos / "sub" / "y.png")
+    (photos / "notes.txt").write_text("hi")
+    before = snapshot(photos)
+    maps = photos / "maps"
+    for _ in range(2):
+        result = explain(tiny.path, photos, "-o", maps)
+        assert result.exit_code == 0, result.output
+        assert [Path(r["input"]).name for r in records_of(maps)] == ["x.png", "y.png"]
+        assert "2 explained, 1 other files passed over" in result.stderr
+    after = snapshot(photos)
+    assert {k: v for k, v in after.items() if not k.startswith("maps")} == before
+    # A recursive glob does not pick up the maps either.
+    result = explain(tiny.path, f"{photos}/**/*.png", "-o", maps)
+    assert result.exit_code == 0, result.output
+    records = records_of(maps)  # glob matches come in sorted path order
+    assert [Path(r["input"]).name for r in records] == ["y.png", "x.png"]
+    assert records[0]["outputs"]["color"] == "sub/y.guided.color.png"
+    # OUT may be the input folder itself: then the maps sit beside the images, and a
+    # second run still explains the two images only, not the maps of the first.
+    for _ in range(2):
+        result = explain(tiny.path, photos / "sub", "-o", photos / "sub")
+        assert result.exit_code == 0, result.output
+        assert [Path(r["input"]).name for r in records_of(photos / "sub")] == ["y.png"]
+    assert sorted(os.listdir(photos / "sub")) == [
+        "manifest.jsonl", "y.guided.color.png", "y.guided.overlay.png", "y.png"]
+
+
+def test_no_recursive_takes_the_top_folder_only(tree, tiny, tmp_path):
+    result = explain(tiny.path, tree.root, "--no-recursive", "-o", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert [r["input"] for r in records_of(tmp_path)] == [tree.path("top.png")]
+    assert "1 explained, 1 other files passed over" in result.stderr
+
+
+def test_glob_input(tree, tiny, tmp_path):
+    result = explain(tiny.path, f"{tree.root}/*/cat.*", "-o", tmp_path)
+    assert result.exit_code == 0, result.output
+    records = by_input(records_of(tmp_path), tree.root)
+    assert list(records) == ["a/cat.jpg", "b/cat.jpg", "mixed/cat.jpg", "mixed/cat.png"]
+    assert [r["outputs"]["color"] for r in records.values()] == [
+        "a/cat.guided.color.png", "b/cat.guided.color.png",
+        "mixed/cat_jpg.guided.color.png", "mixed/cat_png.guided.color.png"]
+
+
+def test_named_non_image_file_is_an_error_for_that_file(tree, tiny, tmp_path):
+    result = explain(tiny.path, tree.path("notes.txt"), tree.path("top.png"), "-o", tmp_path)
+    assert result.exit_code == 1
+    records = records_of(tmp_path)
+    assert [(r["status"], r["error"]) for r in records] == [("error", NOT_IMAGE), ("ok", None)]
+
+
+def test_output_size_model_keeps_the_model_resolution(tree, tiny, tmp_path):
+    names = ["a/cat.jpg", "mixed/sixteen.png"]
+    result = explain(tiny.path, *[tree.path(n) for n in names], "-o", tmp_path, "--raw",
+                     "--render", ALL_RENDERS, "--output-size", "model")
+    assert result.exit_code == 0, result.output
+    for name, record in zip(names, records_of(tmp_path)):
+        raw = np.load(tmp_path / record["raw"])
+        fitted = model_input(tree.path(name)).fitted
+        for render_name in RENDERS:
+            image = load_png(tmp_path / record["outputs"][render_name])
+            if render_name == "panel":
+                assert image.size[0] == 4 * 16 + 3 * PANEL_GAP
+            else:
+                assert image.size == (16, 16)
+                assert image.mode == ("L" if render_name == "gray" else "RGB")
+                # Overlays sit on the image as the model saw it (stretched to 16x16).
+                np.testing.assert_array_equal(np.asarray(image), render(render_name, raw, fitted))
+
+
+# -- targets ----------------------------------------------------------------------------------
+
+
+def test_classes_by_name_and_index_each_get_their_outputs(tree, tiny, tmp_path):
+    names = ["a/cat.jpg", "mixed/rgba.png"]
+    result = explain(tiny.path, *[tree.path(n) for n in names], "-o", tmp_path, "--raw",
+                     "--labels", tiny.labels, "--class", "Cat", "--class", "2")
+    assert result.exit_code == 0, result.output
+    batch = np.stack([model_input(tree.path(n)).x for n in names])
+    probabilities = tiny.model.predict(batch, verbose=0)
+    for name, record, row in zip(names, records_of(tmp_path), probabilities):
+        stem = "a/cat" if name == "a/cat.jpg" else "mixed/rgba"
+        assert [t["class"] for t in record["targets"]] == [0, 2]
+        assert [t["label"] for t in record["targets"]] == ["cat", "bird"]
+        assert (record["class"], record["label"]) == (0, "cat")  # the first class asked for
+        for target, slug in zip(record["targets"], ["0-cat", "2-bird"]):
+            assert target["outputs"] == {
+                "color": f"{stem}.{slug}.guided.color.png",
+                "overlay": f"{stem}.{slug}.guided.overlay.png"}
+            assert target["raw"] == f"{stem}.{slug}.guided.npy"
+            assert target["score"] == pytest.approx(float(row[target["class"]]), abs=1e-5)
+            expected = tiny.explainer(model_input(tree.path(name)).x[None], target["class"])[0]
+            np.testing.assert_allclose(np.load(tmp_path / target["raw"]), expected,
+                                       rtol=0, atol=1e-6)
+            for path in target["outputs"].values():
+                load_png(tmp_path / path)
+        assert record["outputs"] == record["targets"][0]["outputs"]
+
+
+def test_top_k_follows_the_models_ranking(tree, tiny, tmp_path):
+    names = sorted(tree.good)
+    result = explain(tiny.path, tree.root, "-o", tmp_path, "--top-k", "2", "--raw")
+    assert result.exit_code == 1  # the bad files
+    records = by_input(records_of(tmp_path), tree.root)
+    batch = np.stack([model_input(tree.path(n)).x for n in names])
+    probabilities = tiny.model.predict(batch, verbose=0)
+    rankings = set()
+    for name, row in zip(names, probabilities):
+        targets = records[name]["targets"]
+        expected = np.argsort(row)[::-1][:2].tolist()
+        assert [t["class"] for t in targets] == expected, name
+        scores = [t["score"] for t in targets]
+        assert scores == sorted(scores, reverse=True)
+        assert scores == pytest.approx([float(row[c]) for c in expected], abs=1e-5)
+        for target in targets:  # no labels: the class index names the files
+            assert target["label"] is None
+            assert target["outputs"]["color"] == (
+                f"{TREE_STEMS[name]}.{target['class']}.guided.color.png")
+            assert (tmp_path / target["raw"]).is_file()
+        rankings.add(tuple(expected))
+    assert len(rankings) > 1  # the images do not all rank the classes alike
+
+
+def test_top_k_beyond_the_class_count_gives_every_class(tree, tiny, tmp_path):
+    result = explain(tiny.path, tree.path("top.png"), "-o", tmp_path, "--top-k", "9",
+                     "--labels", tiny.labels)
+    assert result.exit_code == 0, result.output
+    (record,) = records_of(tmp_path)
+    row = tiny.model.predict(model_input(tree.path("top.png")).x[None], verbose=0)[0]
+    assert [t["class"] for t in record["targets"]] == np.argsort(row)[::-1].tolist()
+    assert [t["label"] for t in record["targets"]] == [LABELS[c] for c in np.argsort(row)[::-1]]
+
+
+def test_top_k_never_repeats_a_class_when_probabilities_tie(tree, tmp_path):
+    # Logits (0, 2e-8, -5): class 1 has the larger logit, but in float32 softmax
+    # classes 0 and 1 get exactly the same probability.
+    model = _cnn((16, 16, 3))
+    dense = model.layers[-1]
+    dense.set_weights([np.zeros((4, 3), np.float32), np.array([0, 2e-8, -5], np.float32)])
+    probabilities = model.predict(model_input(tree.path("top.png")).x[None], verbose=0)[0]
+    assert probabilities[0] == probabilities[1]
+    model.save(tmp_path / "tie.keras")
+    result = explain(tmp_path / "tie.keras", tree.path("top.png"), "-o", tmp_path / "o",
+                     "--top-k", "3")
+    assert result.exit_code == 0, result.output
+    (record,) = records_of(tmp_path / "o")
+    assert [t["class"] for t in record["targets"]] == [1, 0, 2]  # top-1 first, then the tie
+    assert len({t["outputs"]["color"] for t in record["targets"]}) == 3
+
+
+# -- usage and model errors: exit 2, one line ---------------------------------------------------
+
+
+def test_unknown_class_name(tree, tiny, tmp_path):
+    out = tmp_path / "out"
+    result = explain(tiny.path, tree.path("top.png"), "-o", out, "--labels", tiny.labels,
+                     "--class", "zebra")
+    assert_one_line_error(result, "unknown class 'zebra'")
+    assert not out.exists()  # nothing written
+
+
+def test_class_name_without_labels(tree, tiny, tmp_path):
+    result = explain(tiny.path, tree.path("top.png"), "-o", tmp_path, "--class", "cat")
+    assert_one_line_error(result, "'cat'", "--labels")
+
+
+def test_class_index_out_of_range(tree, tiny, tmp_path):
+    result = explain(tiny.path, tree.path("top.png"), "-o", tmp_path, "--class", "3")
+    assert_one_line_error(result, "class index 3 is out of range", "0..2")
+
+
+def test_missing_model(tree, tmp_path):
+    result = explain(tmp_path / "nope.keras", tree.path("top.png"), "-o", tmp_path / "out")
+    assert_one_line_error(result, "nope.keras", "not found")
+    assert not (tmp_path / "out").exists()
+
+
+def test_file_that_is_not_a_model(tree, tmp_path):
+    result = explain(tree.path("notes.txt"), tree.path("top.png"), "-o", tmp_path)
+    assert_one_line_error(result, "notes.txt", "not a model file")
+
+
+def test_debug_shows_the_traceback(tree, tmp_path):
+    result = explain(tmp_path / "nope.keras", tree.path("top.png"), "--debug")
+    assert type(result.exception).__name__ == "ModelLoadError"
+    assert result.exc_info[2] is not None
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--class", "1", "--top-k", "2"], "--class and --top-k cannot be used together"),
+        (["--render", "color,sepia"], "sepia"),
+        (["--top-k", "0"], "--top-k"),
+        (["--size", "8by8"], "HxW"),
+    ],
+)
+def test_bad_options(tree, tiny, tmp_path, args, fragment):
+    result = explain(tiny.path, tree.path("top.png"), "-o", tmp_path / "out", *args)
+    assert result.exit_code == 2
+    assert fragment in result.stderr
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_input(tree, tiny, tmp_path):
+    result = explain(tiny.path, tree.path("top.png"), tmp_path / "gone.jpg")
+    assert result.exit_code == 2
+    assert "gone.jpg" in result.stderr and "not found" in result.stderr
+
+
+def test_folder_without_images(tiny, tmp_path):
+    (tmp_path / "notes.txt").write_text("hi")
+    result = explain(tiny.path, tmp_path, "-o", tmp_path / "out")
+    assert_one_line_error(result, "no images found", "1 other files passed over")
+
+
+def test_help_documents_the_exit_codes():
+    result = CliRunner().invoke(main, ["explain", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "Exit codes: 0 every input explained (or skipped), 1 some inputs failed" in text
+    assert "2 usage or model errors" in text
+    assert "130 interrupted" in text
+
+
+# -- --fail-fast and --skip-existing ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch_size", ["1", "16"])  # the bad file between batches, and inside one
+def test_fail_fast_stops_at_the_first_bad_input(tree, tiny, tmp_path, batch_size):
+    names = ["top.png", "a/cat.jpg", "bad/empty.jpg", "b/cat.jpg", "mixed/rgba.png"]
+    result = explain(tiny.path, *[tree.path(n) for n in names], "-o", tmp_path,
+                     "--fail-fast", "--batch-size", batch_size)
+    assert result.exit_code == 1
+    records = records_of(tmp_path)
+    assert [(r["input"], r["status"], r["error"]) for r in records] == [
+        (tree.path("top.png"), "ok", None),
+        (tree.path("a/cat.jpg"), "ok", None),
+        (tree.path("bad/empty.jpg"), "error", EMPTY),
+    ]
+    assert sorted(snapshot(tmp_path)) == sorted([
+        "manifest.jsonl", "top.guided.color.png", "top.guided.overlay.png",
+        "a/cat.guided.color.png", "a/cat.guided.overlay.png"])
+    assert f"failed: {tree.path('bad/empty.jpg')}: empty file" in result.stderr
+
+
+def test_skip_existing_resumes_without_rewriting(tree, tiny, tmp_path):
+    names = ["top.png", "a/cat.jpg", "b/cat.jpg", "bad/empty.jpg"]
+    inputs = [tree.path(n) for n in names]
+    out = tmp_path / "out"
+    assert explain(tiny.path, *inputs, "-o", out, "--raw").exit_code == 1
+    first = snapshot(out)
+    first_records = records_of(out)
+    time.sleep(0.01)  # a rewrite would show in mtime_ns
+
+    result = explain(tiny.path, *inputs, "-o", out, "--raw", "--skip-existing")
+    assert result.exit_code == 1  # the empty file still fails
+    assert "0 explained, 3 skipped (outputs exist), 1 failed" in result.stderr
+    records = records_of(out)
+    assert [r["status"] for r in records] == ["skipped", "skipped", "skipped", "error"]
+    for record, before in zip(records[:3], first_records):
+        assert record["outputs"] == before["outputs"] and record["raw"] == before["raw"]
+    again = snapshot(out)
+    del first["manifest.jsonl"], again["manifest.jsonl"]
+    assert again == first  # same bytes, same mtime_ns: nothing rewritten
+
+    deleted = first_records[2]["outputs"]["overlay"]  # b/cat's overlay only
+    (out / deleted).unlink()
+    result = explain(tiny.path, *inputs, "-o", out, "--raw", "--skip-existing")
+    assert result.exit_code == 1
+    assert [r["status"] for r in records_of(out)] == ["skipped", "skipped", "ok", "error"]
+    assert records_of(out)[2] == first_records[2]
+    third = snapshot(out)
+    del third["manifest.jsonl"]
+    b_cat = {p for p in first if p.startswith("b/")}
+    assert {p: third[p] for p in first if p not in b_cat} == {
+        p: first[p] for p in first if p not in b_cat}
+    assert third[deleted][2] == first[deleted][2]  # rewritten, identical
+    assert third[deleted][1] != first[deleted][1]
+
+
+# -- models with free spatial dimensions ----------------------------------------------------------
+
+
+def test_free_size_model_sees_each_image_at_its_own_size(tree, free, tmp_path):
+    tiny_image = tmp_path / "one.png"
+    Image.fromarray(noise(1, 1, 3)).save(tiny_image)
+    names = ["a/cat.jpg", "mixed/sixteen.png", "formats/pic.webp"]
+    result = explain(free.path, *[tree.path(n) for n in names], tiny_image, "-o", tmp_path / "o",
+                     "--raw", "--render", "color,panel")
+    assert result.exit_code == 1  # a 1x1 image is smaller than the 3x3 kernel
+    records = records_of(tmp_path / "o")
+    for name, record in zip(names, records):
+        height, width = tree.good[name]
+        raw = np.load(tmp_path / "o" / record["raw"])
+        assert raw.shape == (height, width, 3)
+        x = preprocess(decode_image(tree.path(name)), "none")
+        np.testing.assert_allclose(raw, free.explainer(x[None], record["class"])[0],
+                                   rtol=0, atol=1e-6)
+        assert load_png(tmp_path / "o" / record["outputs"]["color"]).size == (width, height)
+    failed = records[3]
+    assert failed["status"] == "error" and failed["outputs"] == {}
+    assert failed["error"].startswith("the model cannot take this image (1x1 at its input): ")
+    assert "\n" not in failed["error"] and len(failed["error"]) < 300
+
+
+def test_free_size_model_with_size_option(tree, free, tmp_path):
+    tiny_image = tmp_path / "one.png"
+    Image.fromarray(noise(1, 1, 3)).save(tiny_image)
+    names = [tree.path("a/cat.jpg"), str(tiny_image)]
+    result = explain(free.path, *names, "-o", tmp_path / "o", "--raw", "--size", "8x8")
+    assert result.exit_code == 0, result.output
+    for path, record in zip(names, records_of(tmp_path / "o")):
+        raw = np.load(tmp_path / "o" / record["raw"])
+        assert raw.shape == (8, 8, 3)
+        expected = free.explainer(model_input(path, (8, 8)).x[None], record["class"])[0]
+        np.testing.assert_allclose(raw, expected, rtol=0, atol=1e-6)
+        height, width = decode_image(path).shape[:2]
+        assert load_png(tmp_path / "o" / record["outputs"]["overlay"]).size == (width, height)
+
+
+# -- the real command in a subprocess --------------------------------------------------------------
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "guidedbp", *map(str, args)]
+
+
+def _environment() -> dict:
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture(scope="module")
+def flat(workspace) -> Path:
+    """FLAT_COUNT small PNGs: a run of them at --batch-size 4 lasts long enough to stop."""
+    folder = workspace / "flat"
+    make_flat(folder, FLAT_COUNT)
+    return folder
+
+
+def _wait_for_lines(manifest: Path, count: int, process, timeout: float = 120) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if manifest.exists():
+            with open(manifest, "rb") as handle:
+                lines = handle.read().count(b"\n")
+            if lines >= count:
+                return lines
+        if process.poll() is not None:
+            pytest.fail(f"guidedbp exited early with {process.returncode}: "
+                        f"{process.stderr.read().decode(errors='replace')}")
+        time.sleep(0.01)
+    process.kill()
+    pytest.fail(f"{manifest} did not reach {count} lines in {timeout} s")
+
+
+def test_sigkill_mid_run_leaves_no_partial_file(flat, tiny, tmp_path):
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        _command("explain", tiny.path, flat, "-o", out, "--batch-size", "4", "--raw",
+                 "--render", ALL_RENDERS, "-q"),
+        env=_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _wait_for_lines(out / "manifest.jsonl", 8, process)
+    process.kill()
+    process.communicate(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+    pngs = npys = 0
+    for folder, _, names in os.walk(out):
+        for name in names:
+            path = Path(folder) / name
+            if name.startswith("."):
+                # A hard kill can leave a hidden ".NAME.PID.RANDOM.tmp" behind, never a
+                # visible partial file: the target is only ever renamed into place whole.
+                assert name.endswith(".tmp"), name
+            elif name.endswith(".png"):
+                load_png(path)
+                pngs += 1
+            elif name.endswith(".npy"):
+                assert np.load(path).shape == (16, 16, 3)
+                npys += 1
+            else:
+                assert name == "manifest.jsonl", name
+    assert pngs >= 8 * len(RENDERS) and npys >= 8
+    assert npys < FLAT_COUNT  # it was killed mid-run
+
+
+def test_ctrl_c_finishes_the_batch_and_exits_130(flat, tiny, tmp_path):
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        _command("explain", tiny.path, flat, "-o", out, "--batch-size", "4",
+                 "--render", ALL_RENDERS),
+        env=_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _wait_for_lines(out / "manifest.jsonl", 8, process)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    stderr = stderr.decode()
+    assert process.returncode == 130, stderr
+    lines = (out / "manifest.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]  # every line is whole
+    assert 8 <= len(records) < FLAT_COUNT
+    assert len(records) % 4 == 0  # whole batches
+    assert all(r["status"] == "ok" for r in records)
+    for record in records:
+        for path in record["outputs"].values():
+            load_png(out / path)
+    assert "interrupted: finishing the current batch" in stderr
+    assert f"interrupted: {len(records)} explained in " in stderr
+    assert "Traceback" not in stderr
+
+
+def test_exit_code_seen_by_the_shell(tree, tiny, tmp_path):
+    process = subprocess.run(
+        _command("explain", tiny.path, tree.path("top.png"), tree.path("bad/text.jpg"),
+                 "-o", tmp_path),
+        env=_environment(), capture_output=True, text=True, timeout=120)
+    assert process.returncode == 1
+    assert process.stdout == ""
+    summary, failed = process.stderr.splitlines()[-2:]
+    assert summary.startswith("1 explained, 1 failed in ")
+    assert failed == f"  failed: {tree.path('bad/text.jpg')}: {NOT_IMAGE}"
+    assert "Traceback" not in process.stderr
+    assert [r["status"] for r in records_of(tmp_path)] == ["ok", "error"]
+
+
+def test_help_and_version_do_not_import_tensorflow():
+    script = textwrap.dedent("""
+        import contextlib, io, json, sys
+        from guidedbp.cli import main
+        texts = []
+        for args in (["--help"], ["explain", "--help"], ["--version"]):
+            buffer = io.StringIO()
+            with contextlib.redirect_stdout(buffer):
+                code = main.main(args, prog_name="guidedbp", standalone_mode=False)
+            texts.append((code, buffer.getvalue()))
+        heavy = sorted(m for m in ("tensorflow", "keras") if m in sys.modules)
+        print(json.dumps({"texts": texts, "heavy": heavy}))
+    """)
+    process = subprocess.run([sys.executable, "-c", script], env=_environment(),
+                             capture_output=True, text=True, timeout=60)
+    assert process.returncode == 0, process.stderr
+    report = json.loads(process.stdout)
+    assert report["heavy"] == []
+    (main_code, main_help), (explain_code, explain_help), (version_code, version) = report["texts"]
+    assert (main_code, explain_code, version_code) == (0, 0, 0)
+    assert "explain" in main_help and "inspect" in main_help
+    assert "Exit codes:" in explain_help and "--skip-existing" in explain_help
+    assert version.strip() == "guidedbp, version 0.1.0"

@@ -1,0 +1,211 @@
+"""``guidedbp inspect MODEL``: what it prints, as text and as JSON, in-process and for real."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import keras
+import pytest
+from click.testing import CliRunner
+
+from guidedbp.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+RESCALING_NOTE = (
+    "no Rescaling/Normalization layer at the input: if the model was trained on scaled "
+    "pixels, pass --preprocess scale01|tf|caffe|torch"
+)
+PLAIN_GRADIENT_NOTE = "no ReLU-family op: guided backprop equals the plain gradient for this model"
+
+
+def inspect(*args):
+    result = CliRunner().invoke(main, ["inspect", *map(str, args)])
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    assert result.stderr == ""
+    return result.stdout
+
+
+def inspect_json(*args) -> dict:
+    return json.loads(inspect(*args, "--json"))
+
+
+def fields(text: str) -> dict:
+    """The 'key  value' lines of the text description (notes collected in a list)."""
+    parsed = {"note": []}
+    for line in text.splitlines():
+        if line.startswith("class names:"):
+            break
+        key, value = line[:11].strip(), line[12:]
+        if key == "note":
+            parsed["note"].append(value)
+        else:
+            parsed[key] = value
+    return parsed
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("inspect")
+
+    # Two Relu (a fused activation and a ReLU layer), one Relu6, a LeakyReLU, softmax head.
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3, activation="relu")(inputs)
+    x = keras.layers.ReLU()(keras.layers.Conv2D(4, 3)(x))
+    x = keras.layers.ReLU(max_value=6.0)(keras.layers.Conv2D(4, 1)(x))
+    x = keras.layers.LeakyReLU(negative_slope=0.1)(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x)).save(folder / "mix.keras")
+
+    # GELU only, free spatial size, no head.
+    inputs = keras.Input((None, None, 1))
+    x = keras.layers.Conv2D(4, 3, activation="gelu")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    keras.Model(inputs, keras.layers.Dense(2)(x)).save(folder / "gelu.keras")
+
+    # Rescales inside; one sigmoid unit (two classes: z and -z).
+    inputs = keras.Input((6, 6, 1))
+    x = keras.layers.Rescaling(1 / 255)(inputs)
+    x = keras.layers.Flatten()(keras.layers.Conv2D(2, 3, activation="relu")(x))
+    outputs = keras.layers.Dense(1, activation="sigmoid")(x)
+    keras.Model(inputs, outputs).save(folder / "sigmoid.keras")
+
+    (folder / "three.txt").write_text("cat\ndog\nbird\n")
+    (folder / "four.json").write_text('["cat", "dog", "bird", "fish"]')
+    return folder
+
+
+@pytest.fixture(scope="module")
+def real_process(models):
+    """``python -m guidedbp inspect`` in a real process, started early (it imports TF)."""
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "guidedbp", "inspect", str(models / "mix.keras"), "--json"],
+            cwd=REPO, env=env, text=True, stdout=stdout, stderr=stderr,
+        )
+
+        def finished():
+            process.wait(timeout=300)
+            stdout.seek(0)
+            stderr.seek(0)
+            return process.returncode, stdout.read(), stderr.read()
+
+        yield finished
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _start_real_process_early(real_process):
+    yield
+
+
+def test_json_for_a_mixed_relu_model(models):
+    info = inspect_json(models / "mix.keras")
+    assert info == {
+        "model": str(models / "mix.keras"),
+        "format": "keras",
+        "input_shape": [8, 8, 3],
+        "input_dtype": "float32",
+        "classes": 3,
+        "head_bypassed": "softmax",
+        "preprocess": "none",
+        "preprocess_source": "default for model files (raw 0-255 pixels)",
+        "resize": "stretch to 8x8",
+        "guided_ops": {"Relu": 2, "Relu6": 1},
+        "plain_activations": {"LeakyReLU": 1},
+        "labels_source": "none (class indices only)",
+        "labels": None,
+        "notes": [RESCALING_NOTE],
+    }
+
+
+def test_text_for_a_mixed_relu_model(models):
+    text = inspect(models / "mix.keras")
+    assert fields(text) == {
+        "model": f"{models / 'mix.keras'} (keras)",
+        "input": "8x8x3 float32 (HxWxC)",
+        "classes": "3",
+        "head": "softmax bypassed: maps explain the logit",
+        "preprocess": "none (default for model files (raw 0-255 pixels))",
+        "resize": "stretch to 8x8",
+        "guided ops": "Relu: 2, Relu6: 1",
+        "left alone": "LeakyReLU: 1",
+        "labels": "none (class indices only)",
+        "note": [RESCALING_NOTE],
+    }
+    assert "class names:" not in text
+
+
+def test_gelu_model_gets_the_plain_gradient_note(models):
+    info = inspect_json(models / "gelu.keras")
+    assert (info["guided_ops"], info["plain_activations"]) == ({}, {"GELU": 1})
+    assert (info["head_bypassed"], info["classes"]) == (None, 2)
+    assert info["input_shape"] == [None, None, 1]
+    assert info["resize"] == "free spatial size: each image keeps its own size"
+    assert PLAIN_GRADIENT_NOTE in info["notes"]
+    assert inspect_json(models / "gelu.keras", "--size", "32x40")["resize"] == (
+        "free spatial size: 32x40"
+    )
+    text = fields(inspect(models / "gelu.keras"))
+    assert (text["input"], text["guided ops"], text["left alone"]) == (
+        "?x?x1 float32 (HxWxC)", "none", "GELU: 1"
+    )
+    assert text["head"] == "none: output is a logit"
+    assert PLAIN_GRADIENT_NOTE in text["note"]
+
+
+def test_relu_model_gets_no_plain_gradient_note(models):
+    assert PLAIN_GRADIENT_NOTE not in inspect_json(models / "mix.keras")["notes"]
+
+
+def test_sigmoid_head_and_a_model_that_rescales_itself(models):
+    info = inspect_json(models / "sigmoid.keras")
+    assert (info["head_bypassed"], info["classes"]) == ("sigmoid", 2)
+    assert info["guided_ops"] == {"Relu": 1}
+    assert info["notes"] == []  # a Rescaling layer inside: no preprocessing warning
+
+
+def test_labels_preprocess_and_resize_options(models):
+    labels = models / "three.txt"
+    text = inspect(models / "mix.keras", "--labels", labels, "--preprocess", "tf",
+                   "--resize", "crop")
+    described = fields(text)
+    assert described["labels"] == str(labels)
+    assert described["preprocess"] == "tf (--preprocess)"
+    assert described["resize"] == "crop to 8x8"
+    assert text.endswith("class names:\n     0  cat\n     1  dog\n     2  bird\n")
+
+    info = inspect_json(models / "mix.keras", "--labels", labels, "--preprocess", "caffe")
+    assert (info["labels"], info["labels_source"]) == (["cat", "dog", "bird"], str(labels))
+    assert (info["preprocess"], info["preprocess_source"]) == ("caffe", "--preprocess")
+
+
+def test_labels_that_do_not_match_the_classes_are_noted(models):
+    info = inspect_json(models / "mix.keras", "--labels", models / "four.json")
+    assert info["labels"] == ["cat", "dog", "bird", "fish"]
+    assert "4 labels for 3 classes" in info["notes"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--preprocess", "imagenet"], "Invalid value for '--preprocess'"),
+    (["--size", "32"], "'32' is not HxW"),
+    (["--labels", "no_such_labels.txt"], "does not exist"),
+])
+def test_bad_options_are_usage_errors(models, args, message):
+    result = CliRunner().invoke(main, ["inspect", str(models / "mix.keras"), *args])
+    assert result.exit_code == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_real_process_prints_json_and_keeps_stderr_clean(models, real_process):
+    returncode, stdout, stderr = real_process()
+    assert returncode == 0, stderr[-3000:]
+    # TensorFlow's C++ start-up logs (oneDNN, CUDA probing) must not reach the terminal,
+    # even though TF_CPP_MIN_LOG_LEVEL was not set for this process.
+    assert stderr == ""
+    assert json.loads(stdout) == inspect_json(models / "mix.keras")
