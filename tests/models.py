@@ -89,3 +89,33 @@ X3x3 = np.array([[1, 2, 0], [3, 1, 2], [0, 1, 1]], np.float32).reshape(1, 3, 3, 
 
 #: The three backprop methods that differ only in their ReLU gradient.
 GRADIENT_METHODS = ("guided", "vanilla", "deconvnet")
+
+
+def cam_cnn(nested: bool = False) -> keras.Model:
+    """4x4x1 -> Conv2D(2, 1x1, relu; w = [1, -1], b = [0, 2]) "conv" -> MaxPool 2x2 "pool"
+    -> GlobalAveragePooling -> Dense(2) with class 0 = [2, -2], class 1 = [-1, 1].
+
+    With ``nested``, conv and pool sit inside a sub-model "features".
+    """
+    conv = keras.layers.Conv2D(2, 1, activation="relu", name="conv")
+    pool = keras.layers.MaxPooling2D(2, name="pool")
+    dense = keras.layers.Dense(2, use_bias=False, name="dense")
+    inputs = keras.Input((4, 4, 1))
+    if nested:
+        inner_in = keras.Input((4, 4, 1))
+        features = keras.Model(inner_in, pool(conv(inner_in)), name="features")
+        x = features(inputs)
+    else:
+        x = pool(conv(inputs))
+    outputs = dense(keras.layers.GlobalAveragePooling2D()(x))
+    model = keras.Model(inputs, outputs, name="cam_cnn")
+    _set(conv, np.array([1, -1]).reshape(1, 1, 1, 2), [0, 2])
+    _set(dense, [[2, -1], [-2, 1]])
+    return model
+
+
+#: Distinct dyadic values, so no max-pool ties and exact float arithmetic.
+X4x4 = np.array(
+    [[1.0, 2.0, 0.0, 1.5], [0.5, 3.0, 0.25, 0.75], [2.5, 0.75, 0.125, 4.0], [1.25, 1.75, 3.5, 0.375]],
+    np.float32,
+).reshape(1, 4, 4, 1)

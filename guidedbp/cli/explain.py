@@ -22,6 +22,18 @@ DEFAULT_OUTPUT = "guidedbp-out"
 DEFAULT_BATCH_SIZE = 16
 
 
+def _parse_methods(ctx, param, value: str) -> tuple[str, ...]:
+    if value.strip().lower() == "all":
+        return METHODS
+    names = tuple(dict.fromkeys(n.strip().lower() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in METHODS]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(METHODS)} or all", ctx, param
+        )
+    return names
+
+
 def _parse_renders(ctx, param, value: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
     unknown = [n for n in names if n not in RENDERS]
@@ -47,8 +59,24 @@ Outputs, under OUT mirroring each input's path below the folder it was found in:
               type=click.Path(file_okay=False), help="Folder for maps and manifest.jsonl.")
 @click.option("--recursive/--no-recursive", default=True, show_default=True,
               help="Walk INPUT folders recursively.")
-@click.option("--method", type=click.Choice(METHODS), default="guided", show_default=True,
-              help="Attribution method.")
+@click.option("--method", "methods", default="guided", show_default=True, metavar="LIST",
+              callback=_parse_methods,
+              help=f"Comma list of methods, or 'all': {', '.join(METHODS)}. With several, "
+                   "--render panel makes one comparison panel.")
+@click.option("--layer", default=None,
+              help="Grad-CAM layer name (default: the last 4-D layer before pooling, "
+                   "inside nested models too).")
+@click.option("--upsample", type=click.Choice(["bilinear", "nearest"]), default="bilinear",
+              show_default=True, help="Grad-CAM upsampling to the input size.")
+@click.option("--smooth", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="SmoothGrad: average each method over N noisy copies (0: off).")
+@click.option("--noise", type=click.FloatRange(min=0), default=0.15, show_default=True,
+              help="SmoothGrad noise, relative to each image's value range.")
+@click.option("--seed", type=int, default=0, show_default=True, help="SmoothGrad noise seed.")
+@click.option("--steps", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Integrated-gradients steps.")
+@click.option("--baseline", type=click.Choice(["black", "white", "blur"]), default="black",
+              show_default=True, help="Integrated-gradients baseline.")
 @click.option("--render", "renders", default=",".join(DEFAULT_RENDERS), show_default=True,
               callback=_parse_renders, metavar="LIST",
               help=f"Comma list of renders: {', '.join(RENDERS)}.")
@@ -104,11 +132,22 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
     from guidedbp.models.loading import load_model
 
     loaded = load_model(model, **load_options(options))
-    explainer = Explainer(loaded, options["method"], batch_size=options["batch_size"])
-    num_classes = explainer.report.num_classes
+    explainers = {
+        method: Explainer(
+            loaded, method, batch_size=options["batch_size"], upsample=options["upsample"],
+            layer=options["layer"] if method in ("gradcam", "guided-gradcam") else None,
+            smooth=options["smooth"], noise=options["noise"], seed=options["seed"],
+            steps=options["steps"], baseline=options["baseline"],
+        )
+        for method in options["methods"]
+    }
+    try:  # traces each method once, so a bad --layer is reported before any work
+        num_classes = [e.report for e in explainers.values()][0].num_classes
+    except ValueError as error:
+        raise UsageFailure(str(error)) from None
     classes = tuple(resolve_class(spec, loaded.labels, num_classes) for spec in options["classes"])
     settings = Settings(
-        output=output, method=options["method"], renders=options["renders"], classes=classes,
+        output=output, methods=options["methods"], renders=options["renders"], classes=classes,
         top_k=options["top_k"], output_size=options["output_size"], raw=options["raw"],
         cmap=options["cmap"], clip=options["clip"], alpha=options["alpha"],
         batch_size=options["batch_size"], size=options["size"], resize=options["resize"],
@@ -117,7 +156,7 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
     os.makedirs(output, exist_ok=True)
     progress = Progress(len(collected.items)) if _show_progress(options["quiet"]) else None
     try:
-        summary = ExplainJob(loaded, explainer, settings, progress).run(collected.items)
+        summary = ExplainJob(loaded, explainers, settings, progress).run(collected.items)
     except KeyboardInterrupt:  # a second Ctrl-C: the manifest was flushed on the way out
         click.echo("\naborted", err=True)
         sys.exit(130)

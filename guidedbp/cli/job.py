@@ -22,7 +22,7 @@ from guidedbp.io.inputs import InputItem
 from guidedbp.io.manifest import ManifestWriter
 from guidedbp.io.write import save_npy, save_png
 from guidedbp.models.preprocess import fit, preprocess
-from guidedbp.render import render
+from guidedbp.render import render, render_panel
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Settings:
     """What an explain run writes, from the command's options."""
 
     output: str
-    method: str = "guided"
+    methods: tuple[str, ...] = ("guided",)
     renders: tuple[str, ...] = ("color", "overlay")
     classes: tuple[int, ...] = ()  # explicit classes; empty = top-1 or top-k
     top_k: int | None = None
@@ -44,6 +44,11 @@ class Settings:
     resize: str = "stretch"
     skip_existing: bool = False
     fail_fast: bool = False
+
+    @property
+    def method(self) -> str:
+        """The methods as the manifest names them: ``guided`` or ``guided,gradcam``."""
+        return ",".join(self.methods)
 
 
 @dataclass
@@ -82,9 +87,12 @@ def class_slug(index: int, labels: list[str] | None) -> str:
 class ExplainJob:
     """Explains a list of inputs into ``settings.output`` with a manifest."""
 
-    def __init__(self, loaded, explainer, settings: Settings, progress=None):
+    def __init__(self, loaded, explainers, settings: Settings, progress=None):
+        """``explainers``: one Explainer, or a dict method -> Explainer in settings.methods order."""
         self.loaded = loaded
-        self.explainer = explainer
+        if not isinstance(explainers, dict):
+            explainers = {settings.methods[0]: explainers}
+        self.explainers = explainers
         self.settings = settings
         self.progress = progress
         self._stop = False  # Ctrl-C: finish the current batch, then stop
@@ -92,12 +100,24 @@ class ExplainJob:
 
     # -- names -------------------------------------------------------------------------
 
-    def _names(self, item: InputItem, class_part: str | None) -> tuple[dict, str | None]:
-        """Output paths (relative to OUT) for one input and class."""
+    def _names(self, item: InputItem, class_part: str | None) -> tuple[dict, str | dict | None]:
+        """Output paths (relative to OUT) for one input and class.
+
+        One method: ``render -> STEM.METHOD.RENDER.png`` and raw ``STEM.METHOD.npy``.
+        Several: ``METHOD.RENDER -> STEM.METHOD.RENDER.png`` for each, one
+        comparison ``panel -> STEM.panel.png``, and raw as ``method -> path``.
+        """
         stem = item.output_stem + (f".{class_part}" if class_part else "")
-        method = self.settings.method
-        outputs = {name: f"{stem}.{method}.{name}.png" for name in self.settings.renders}
-        raw = f"{stem}.{method}.npy" if self.settings.raw else None
+        methods, renders = self.settings.methods, self.settings.renders
+        if len(methods) == 1:
+            outputs = {name: f"{stem}.{methods[0]}.{name}.png" for name in renders}
+            raw = f"{stem}.{methods[0]}.npy" if self.settings.raw else None
+            return outputs, raw
+        outputs = {f"{method}.{name}": f"{stem}.{method}.{name}.png"
+                   for method in methods for name in renders if name != "panel"}
+        if "panel" in renders:
+            outputs["panel"] = f"{stem}.panel.png"
+        raw = {m: f"{stem}.{m}.npy" for m in methods} if self.settings.raw else None
         return outputs, raw
 
     def _existing(self, item: InputItem) -> list[dict] | None:
@@ -108,7 +128,7 @@ class ExplainJob:
         found = []
         for target in self.settings.classes or [None]:
             outputs, raw = self._names(item, None if target is None else class_slug(target, labels))
-            paths = list(outputs.values()) + ([raw] if raw else [])
+            paths = list(outputs.values()) + _raw_paths(raw)
             if not all(os.path.isfile(os.path.join(out, p)) for p in paths):
                 return None
             label = None if target is None else _label(target, labels)
@@ -169,48 +189,58 @@ class ExplainJob:
             results[position] = targets
 
     def _targets(self, images: np.ndarray) -> list[list[tuple]]:
+        """Per image: [(class, probability, {method: map}), ...], one entry per class."""
         per_image: list[list[tuple]] = [[] for _ in images]
 
-        def add(explanation):
+        def add(target):
+            explanations = {m: e.explain(images, target) for m, e in self.explainers.items()}
+            first = next(iter(explanations.values()))
             for index, row in enumerate(per_image):
-                row.append((int(explanation.targets[index]),
-                            float(explanation.probabilities[index]), explanation.maps[index]))
+                row.append((int(first.targets[index]), float(first.probabilities[index]),
+                            {m: e.maps[index] for m, e in explanations.items()}))
+            return first
 
         if self.settings.classes:
             for target in self.settings.classes:
-                add(self.explainer.explain(images, target))
+                add(target)
         else:
-            first = self.explainer.explain(images)
-            add(first)
+            first = add(None)
             if self.settings.top_k and self.settings.top_k > 1:
                 ranked = np.argsort(-first.class_probabilities, axis=1, kind="stable")
                 # The top-1 map is already made; the others follow it in probability
                 # order, never repeating it when two probabilities tie.
                 others = np.stack([row[row != top] for row, top in zip(ranked, first.targets)])
                 for rank in range(min(self.settings.top_k, ranked.shape[1]) - 1):
-                    add(self.explainer.explain(images, others[:, rank]))
+                    add(others[:, rank])
         return per_image
 
     def _write(self, prepared: _Prepared, explained: list[tuple]) -> dict:
         settings, labels = self.settings, self.loaded.labels
         targets = []
-        for target, probability, saliency in explained:
+        for target, probability, maps in explained:
             named = bool(settings.classes or settings.top_k)
             outputs, raw = self._names(prepared.item, class_slug(target, labels) if named else None)
             if settings.output_size == "original":
-                shown = prepared.placement.to_original(saliency)
+                shown = {m: prepared.placement.to_original(v) for m, v in maps.items()}
                 picture = prepared.original
             else:
-                shown, picture = saliency, prepared.fitted
+                shown, picture = maps, prepared.fitted
             label = _label(target, labels)
             named_class = f"{label} (class {target})" if label else f"class {target}"
-            caption = f"{named_class} p={probability:.3f} {settings.method}"
-            for name, relative in outputs.items():
-                array = render(name, shown, picture, cmap=settings.cmap, clip=settings.clip,
-                               alpha=settings.alpha, caption=caption)
+            caption = f"{named_class} p={probability:.3f}"
+            if len(settings.methods) == 1:  # a comparison panel captions its columns instead
+                caption += f" {settings.methods[0]}"
+            style = {"cmap": settings.cmap, "clip": settings.clip, "alpha": settings.alpha}
+            for key, relative in outputs.items():
+                if key == "panel" and len(maps) > 1:
+                    array = comparison_panel(shown, picture, caption, style)
+                else:
+                    method, _, name = key.rpartition(".")
+                    method = method or settings.methods[0]
+                    array = render(name, shown[method], picture, caption=caption, **style)
                 save_png(os.path.join(settings.output, relative), array)
-            if raw:
-                save_npy(os.path.join(settings.output, raw), saliency.astype(np.float32))
+            for method, relative in _raw_items(raw, settings.methods):
+                save_npy(os.path.join(settings.output, relative), maps[method].astype(np.float32))
             targets.append({"class": target, "label": label, "score": round(probability, 6),
                             "outputs": outputs, "raw": raw})
         return self._record(prepared.item, "ok", None, targets)
@@ -305,6 +335,31 @@ class ExplainJob:
             manifest.write(record)
             if self.progress is not None:
                 self.progress.advance()
+
+
+def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict) -> np.ndarray:
+    """The original, then one captioned column per method.
+
+    Gradient maps show as the signed ``color`` render; Grad-CAM, a coarse positive
+    map, as its ``overlay`` on the picture.
+    """
+    columns = [("original", picture)]
+    for method, saliency in maps.items():
+        name = "overlay" if method == "gradcam" else "color"
+        columns.append((method, render(name, saliency, picture, **style)))
+    return render_panel(columns, caption=caption)
+
+
+def _raw_items(raw, methods) -> list[tuple[str, str]]:
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        return [(methods[0], raw)]
+    return list(raw.items())
+
+
+def _raw_paths(raw) -> list[str]:
+    return [path for _, path in _raw_items(raw, ("",))]
 
 
 def _install_interrupt(job: ExplainJob):

@@ -272,7 +272,10 @@ class Explainer:
                 tf.TensorSpec((None, *key), tf.float32, name="images"),
                 tf.TensorSpec((None,), tf.int32, name="targets"),
             ]
-            self._functions[key] = tf.function(self._attribute, input_signature=signature)
+            # autograph=False: the body builds a graph in plain Python; nothing to convert.
+            self._functions[key] = tf.function(
+                self._attribute, input_signature=signature, autograph=False
+            )
         return self._functions[key]
 
     def _report_of(self, function) -> Report:

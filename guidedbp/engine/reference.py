@@ -40,7 +40,7 @@ def reference_saliency(model, images, target=None, method: str = "guided") -> np
     else:
         targets = np.broadcast_to(np.asarray(target, np.int32), (len(images),)).copy()
 
-    @tf.function
+    @tf.function(autograph=False)
     def chain(x, chosen):
         graph = tf.compat.v1.get_default_graph()
         output = model(x, training=False)
