@@ -19,6 +19,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from guidedbp.models import labels as labels_module
 from guidedbp.models.preprocess import KERAS_APPLICATIONS, PREPROCESS_MODES
 
@@ -91,8 +93,11 @@ class FrozenGraph:
     reaches. The GraphDef is built once, at load time.
     """
 
+    #: Constants with more elements than this are lifted out of the GraphDef.
+    LIFT_ELEMENTS = 1024
+
     def __init__(self, graph_def, input_name: str, output_name: str, input_spec, name: str):
-        self.graph_def = graph_def
+        self.graph_def, self._weights = _lift_constants(graph_def, self.LIFT_ELEMENTS)
         self.input_name = input_name
         self.output_name = output_name
         self.inputs = [input_spec]  # what the engine reads the image shape from
@@ -108,13 +113,45 @@ class FrozenGraph:
                 self._eager_call = tf.function(self.__call__, input_signature=self.inputs)
             return self._eager_call(tf.cast(images, self.inputs[0].dtype))
         images = tf.cast(images, self.inputs[0].dtype)
+        graph = tf.compat.v1.get_default_graph()
+        weights = {name: graph.capture(value) for name, value in self._weights.items()}
         (output,) = tf.graph_util.import_graph_def(
             self.graph_def,
-            input_map={self.input_name: images},
+            input_map={self.input_name: images, **weights},
             return_elements=[self.output_name],
             name="savedmodel",
         )
         return output
+
+
+def _lift_constants(graph_def, min_elements: int):
+    """Replace large Const nodes (the frozen weights) by placeholders fed eager tensors.
+
+    Importing a GraphDef copies every constant into the graph being traced, and a
+    ResNet50 carries 100 MB of them. Fed as eager tensors instead, the weights are
+    captured by reference: tracing is faster and the graph stays small. The values
+    are the same, so the maps are too.
+    """
+    import tensorflow as tf
+    from tensorflow.core.framework import graph_pb2
+
+    lifted = graph_pb2.GraphDef()
+    lifted.CopyFrom(graph_def)
+    weights = {}
+    for node in lifted.node:
+        if node.op != "Const":
+            continue
+        shape = [d.size for d in node.attr["value"].tensor.tensor_shape.dim]
+        if int(np.prod(shape, dtype=np.int64)) <= min_elements:
+            continue
+        value = tf.make_ndarray(node.attr["value"].tensor)
+        dtype = node.attr["dtype"]
+        node.op = "Placeholder"
+        node.ClearField("attr")
+        node.attr["dtype"].CopyFrom(dtype)
+        node.attr["shape"].shape.CopyFrom(tf.TensorShape(value.shape).as_proto())
+        weights[node.name] = tf.constant(value)
+    return lifted, weights
 
 
 def load_model(
