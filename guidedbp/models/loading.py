@@ -201,7 +201,9 @@ def load_model(
         loaded = _from_keras_object(spec, "in-memory", getattr(spec, "name", "model"))
     else:
         spec = os.fspath(spec)
-        if spec.lower().startswith("keras:"):
+        if spec == DEMO_SPEC:
+            loaded = _load_demo()
+        elif spec.lower().startswith("keras:"):
             loaded = _load_application(spec, weights)
         else:
             loaded = _load_path(spec, signature, input_key, output_key,
@@ -220,6 +222,30 @@ def load_model(
 def resolve(model) -> LoadedModel:
     """A :class:`LoadedModel` from anything :func:`load_model` takes (used by the engine)."""
     return model if isinstance(model, LoadedModel) else load_model(model)
+
+
+# -- the bundled demo model -------------------------------------------------------------
+
+#: The model spec of the bundled shapes classifier (see guidedbp.demo).
+DEMO_SPEC = "demo"
+
+
+def _load_demo() -> LoadedModel:
+    from importlib import resources
+
+    data = resources.files("guidedbp.demo").joinpath("data")
+    with resources.as_file(data.joinpath("shapes.keras")) as path:
+        if not path.is_file():
+            raise ModelLoadError(
+                "the bundled demo model is missing from this installation: run `make demo-model`"
+            )
+        loaded = _load_keras_file(str(path), "keras", unsafe=False, objects={})
+    loaded.source, loaded.format = DEMO_SPEC, "demo"
+    loaded.labels = labels_module.load_labels(data.joinpath("shapes_labels.txt"))
+    loaded.labels_source = "the demo model's shape names"
+    loaded.preprocess_source = "the demo model rescales raw 0-255 pixels itself"
+    loaded.notes = []
+    return loaded
 
 
 # -- keras.applications ------------------------------------------------------------------
