@@ -82,7 +82,7 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, methods, t
     if shapes is not None:
         samples = _synthetic(shapes, seed, distractors)
     else:
-        samples = _from_files(images, masks, options["resize"])
+        samples = _from_files(images, masks, loaded.channels)
     explainers = {m: Explainer(loaded, m, batch_size=batch_size) for m in methods}
     rows = score(loaded, explainers, samples, tolerance, options)
     result = {
@@ -108,7 +108,7 @@ def _synthetic(count: int, seed: int, distractors: bool):
     return [(f"shape{i}", pictures[i], object_masks[i], int(labels[i])) for i in range(count)]
 
 
-def _from_files(inputs, mask_root: str, resize: str):
+def _from_files(inputs, mask_root: str, channels: int):
     from guidedbp.io.images import IMAGE_EXTENSIONS, ImageError, decode_image
     from guidedbp.io.inputs import collect_inputs
 
@@ -121,7 +121,7 @@ def _from_files(inputs, mask_root: str, resize: str):
             missing.append(item.path)
             continue
         try:
-            picture = decode_image(item.path)
+            picture = decode_image(item.path, channels=channels)
             mask = decode_image(mask_path, channels=1)[..., 0] > 127
         except ImageError as error:
             raise UsageFailure(str(error)) from None
