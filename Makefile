@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test bench demo clean
+.PHONY: install test bench demo demo-model eval clean
 
 install: $(STAMP)
 
@@ -20,8 +20,19 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py
 
+# The main job on the bundled default model: panels for the sample shapes.
 demo: $(STAMP)
-	$(PY) -m guidedbp.engine_demo
+	$(VENV)/bin/guidedbp explain demo sample_images/shapes --render panel,overlay -o demo-out
+	@echo "Open demo-out/ (one *.panel.png per image: original | color | gray | overlay)."
+
+# Retrain the bundled shapes model (fixed seeds; minutes on 2 cores).
+demo-model: $(STAMP)
+	$(PY) -m guidedbp.demo.train
+
+# The README's localisation tables for the bundled model.
+eval: $(STAMP)
+	$(VENV)/bin/guidedbp evaluate demo --shapes 500 --seed 1000
+	$(VENV)/bin/guidedbp evaluate demo --shapes 500 --seed 1000 --distractors
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis guidedbp.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis guidedbp.egg-info demo-out guidedbp-out

@@ -9,6 +9,8 @@ from __future__ import annotations
 import click
 
 from guidedbp import __version__
+from guidedbp.cli.check import check_command
+from guidedbp.cli.evaluate import evaluate_command
 from guidedbp.cli.explain import explain_command
 from guidedbp.cli.inspect import inspect_command
 
@@ -18,10 +20,13 @@ from guidedbp.cli.inspect import inspect_command
 def main() -> None:
     """Guided backpropagation saliency maps for TensorFlow/Keras image classifiers.
 
-    MODEL is a .keras or .h5 file, a SavedModel folder, or keras:NAME for a
-    keras.applications model (keras:ResNet50, keras:MobileNetV2, ...).
+    MODEL is a .keras or .h5 file, a SavedModel folder, keras:NAME for a
+    keras.applications model (keras:ResNet50, keras:MobileNetV2, ...), or demo for
+    the bundled shapes classifier.
     """
 
 
 main.add_command(explain_command)
 main.add_command(inspect_command)
+main.add_command(check_command)
+main.add_command(evaluate_command)

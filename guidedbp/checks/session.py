@@ -1,0 +1,198 @@
+"""What the checks share: the loaded model, its images, and maps computed once.
+
+A :class:`CheckSession` runs the guided explainer over every image the first time a
+check asks, keeps each image's map and prediction, and hands out explainers for the
+other methods, so that six checks cost about one explain run and a few traces.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from guidedbp.checks.images import CheckImage
+
+
+@dataclass
+class CheckSettings:
+    """Knobs of the checks, from the command's options.
+
+    Attributes:
+        randomization_steps: Weighted layers the cascading randomization re-draws,
+            top layer first (one step each).
+        randomization_images: Images the randomization check explains at each step.
+        max_randomized_similarity: Gate for the randomization check: fail when the
+            Spearman correlation at the last step is above it; ``None``: information only.
+        min_similarity: The baseline check fails an image whose map's Spearman
+            correlation with its stored map is below this.
+        seed: Seeds the random weights of the randomization check.
+        batch_size: Images per engine pass.
+        expectations: ``(image, class index, line)`` from ``--expect``.
+        baseline: A loaded :class:`~guidedbp.checks.baseline.Baseline`, or ``None``.
+        run_options: The options that made this run's maps (method, preprocess,
+            resize, size, inputs), compared with a baseline's.
+    """
+
+    randomization_steps: int = 5
+    randomization_images: int = 2
+    max_randomized_similarity: float | None = None
+    min_similarity: float = 0.9
+    seed: int = 0
+    batch_size: int = 16
+    expectations: list = field(default_factory=list)
+    baseline: object = None
+    run_options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Explained:
+    """One image's guided map and the prediction it explains."""
+
+    map: np.ndarray
+    target: int
+    probability: float
+    logit: float
+
+
+class CheckSession:
+    """The loaded model, its images and the maps the checks share.
+
+    Args:
+        loaded: A :class:`~guidedbp.models.loading.LoadedModel`.
+        images: The run's :class:`~guidedbp.checks.images.CheckImage` list.
+        settings: The checks' :class:`CheckSettings`.
+    """
+
+    def __init__(self, loaded, images: list[CheckImage], settings: CheckSettings | None = None):
+        self.loaded = loaded
+        self.images = images
+        self.settings = settings or CheckSettings()
+        self._explainers: dict[str, object] = {}
+        self._explained: dict[str, Explained] | None = None
+        self.prediction_errors: dict[str, str] = {}
+
+    # -- shared results ----------------------------------------------------------------
+
+    def explainer(self, method: str = "guided"):
+        """The engine's explainer for ``method`` on this model, made once."""
+        if method not in self._explainers:
+            from guidedbp.engine.explainer import Explainer
+
+            self._explainers[method] = Explainer(
+                self.loaded, method, batch_size=self.settings.batch_size
+            )
+        return self._explainers[method]
+
+    @property
+    def report(self):
+        """The guided explainer's report: guided ops, plain activations, head.
+
+        Raises:
+            ValueError: When the engine cannot trace the model (several outputs, no
+                ``(batch, classes)`` output).
+        """
+        explainer = self.explainer("guided")
+        with _quiet():
+            try:
+                return explainer.report
+            except ValueError:
+                # A model that declares no input shape is traced by explaining images.
+                if not self.explained:
+                    raise
+                return explainer.report
+
+    @property
+    def explained(self) -> dict[str, Explained]:
+        """Guided map and prediction of each decoded image the model could take, by key."""
+        if self._explained is None:
+            decoded = [image for image in self.images if image.pixels is not None]
+            results, errors = explain_each(
+                self.explainer("guided"), [image.pixels for image in decoded], None
+            )
+            self._explained = {}
+            for image, result, error in zip(decoded, results, errors):
+                if error is not None:
+                    self.prediction_errors[image.key] = error
+                else:
+                    self._explained[image.key] = result
+        return self._explained
+
+    @property
+    def usable(self) -> list[CheckImage]:
+        """Images that decoded and that the model explained, in input order."""
+        explained = self.explained
+        return [image for image in self.images if image.key in explained]
+
+    def maps(self, method: str, images: list[CheckImage], targets) -> list[np.ndarray]:
+        """``method``'s maps of ``images`` for the given classes, one per image.
+
+        Raises:
+            RuntimeError: When the engine fails on an image (it explained them all once).
+        """
+        results, errors = explain_each(self.explainer(method), [i.pixels for i in images], targets)
+        failed = [image.key for image, error in zip(images, errors) if error is not None]
+        if failed:
+            raise RuntimeError(f"the engine failed on {', '.join(failed)}: "
+                               f"{next(e for e in errors if e is not None)}")
+        return [result.map for result in results]
+
+
+def explain_each(explainer, pixels: list[np.ndarray], targets=None) -> tuple[list, list]:
+    """Explain images of possibly different shapes, one engine pass per shape.
+
+    Args:
+        explainer: An :class:`~guidedbp.engine.explainer.Explainer`.
+        pixels: ``(H, W, C)`` images in the model's input space.
+        targets: ``None`` (each image's top-1 class) or one class per image.
+
+    Returns:
+        ``(results, errors)``: per image an :class:`Explained` (or ``None``) and the
+        error message where the engine could not take it (or ``None``).
+    """
+    count = len(pixels)
+    classes = None if targets is None else np.asarray(targets, np.int64).reshape(count)
+    results: list = [None] * count
+    errors: list = [None] * count
+    groups: dict[tuple, list[int]] = {}
+    for index, values in enumerate(pixels):
+        groups.setdefault(values.shape, []).append(index)
+    for indices in groups.values():
+        _explain_group(explainer, pixels, classes, indices, results, errors)
+    return results, errors
+
+
+def _explain_group(explainer, pixels, classes, indices, results, errors) -> None:
+    batch = np.stack([pixels[i] for i in indices])
+    target = None if classes is None else classes[indices]
+    try:
+        with _quiet():
+            explanation = explainer.explain(batch, target)
+    # TensorFlow raises its own error types for an input the model cannot take; any
+    # error fails those images, not the run: retry one by one to find the culprit.
+    except Exception as error:
+        if len(indices) > 1:
+            for index in indices:
+                _explain_group(explainer, pixels, classes, [index], results, errors)
+            return
+        errors[indices[0]] = " ".join(str(error).split())[:300] or type(error).__name__
+        return
+    for position, index in enumerate(indices):
+        results[index] = Explained(
+            map=explanation.maps[position],
+            target=int(explanation.targets[position]),
+            probability=float(explanation.probabilities[position]),
+            logit=float(explanation.logits[position]),
+        )
+
+
+class _quiet(warnings.catch_warnings):
+    """Silence NoReluWarning: the relu-coverage check reports it instead."""
+
+    def __enter__(self):
+        result = super().__enter__()
+        from guidedbp.engine.explainer import NoReluWarning
+
+        warnings.simplefilter("ignore", NoReluWarning)
+        return result
