@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from guidedbp.io.images import ImageError, decode_image
-from guidedbp.models.preprocess import fit, preprocess
+from guidedbp.models.preprocess import prepare, preprocess
 
 #: Generated images when no image files are given.
 GENERATED_COUNT = 4
@@ -114,7 +114,6 @@ def image_files(
         One :class:`CheckImage` per item, in order; an undecodable file has
         ``pixels=None`` and the reason in ``error``.
     """
-    height, width, _ = input_shape
     images = []
     for item in items:
         try:
@@ -122,8 +121,6 @@ def image_files(
         except ImageError as error:
             images.append(CheckImage(item.output_stem, item.path, None, error.reason))
             continue
-        target = (height, width) if height is not None and width is not None else (
-            size or decoded.shape[:2])
-        fitted, _ = fit(decoded, target, resize)
-        images.append(CheckImage(item.output_stem, item.path, preprocess(fitted, preprocess_mode)))
+        _, _, pixels = prepare(decoded, input_shape, preprocess_mode, size, resize)
+        images.append(CheckImage(item.output_stem, item.path, pixels))
     return images

@@ -212,8 +212,9 @@ def _first_use(nodes, input_name: str) -> dict[str, tuple[int, str] | None]:
 def _lift(graph, names: list[str]):
     """A copy of the graph's GraphDef where the named constants are placeholders, and
     the values of all named kernels (lifted ones read from the graph's weights)."""
-    import tensorflow as tf
     from tensorflow.core.framework import graph_pb2
+
+    from guidedbp.models.loading import constant_to_placeholder
 
     graph_def = graph_pb2.GraphDef()
     graph_def.CopyFrom(graph.graph_def)
@@ -225,11 +226,5 @@ def _lift(graph, names: list[str]):
         if node.name in graph._weights:
             values[node.name] = graph._weights[node.name].numpy()
             continue
-        value = tf.make_ndarray(node.attr["value"].tensor)
-        dtype = node.attr["dtype"]
-        node.op = "Placeholder"
-        node.ClearField("attr")
-        node.attr["dtype"].CopyFrom(dtype)
-        node.attr["shape"].shape.CopyFrom(tf.TensorShape(value.shape).as_proto())
-        values[node.name] = value
+        values[node.name] = constant_to_placeholder(node)
     return graph_def, values

@@ -141,24 +141,21 @@ def _from_files(inputs, mask_root: str, channels: int):
 def score(loaded, explainers: dict, samples: list, tolerance: float, options: dict) -> list[dict]:
     """Per method and class: n, pointing-game hit rate, mean energy inside the mask."""
     from guidedbp.demo.metrics import energy_inside, pointing_game
-    from guidedbp.models.preprocess import fit, preprocess
+    from guidedbp.models.preprocess import prepare
 
-    height, width, _ = loaded.input_shape
     per_method: dict[str, list] = {m: [] for m in explainers}
     batch = next(iter(explainers.values())).batch_size
     for start in range(0, len(samples), batch):
         chunk = samples[start : start + batch]
-        fitted = []
-        for _, picture, _, _ in chunk:
-            size = (height, width) if height and width else (options.get("size") or picture.shape[:2])
-            fitted.append(fit(picture, size, options.get("resize", "stretch")))
-        inputs = np.stack([preprocess(f, loaded.preprocess) for f, _ in fitted])
+        prepared = [prepare(picture, loaded.input_shape, loaded.preprocess, options.get("size"),
+                            options.get("resize", "stretch")) for _, picture, _, _ in chunk]
+        inputs = np.stack([model_input for _, _, model_input in prepared])
         truth = [label for *_, label in chunk]
         targets = None if any(t is None for t in truth) else np.array(truth, np.int32)
         for method, explainer in explainers.items():
             explanation = explainer.explain(inputs, targets)
             for index, (_, _, mask, _) in enumerate(chunk):
-                placement = fitted[index][1]
+                placement = prepared[index][1]
                 magnitude = np.abs(placement.to_original(explanation.maps[index])).max(axis=-1)
                 hit = pointing_game(magnitude[None], mask[None], tolerance)[0]
                 energy = energy_inside(magnitude[None], mask[None])[0]

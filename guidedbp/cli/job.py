@@ -21,7 +21,7 @@ from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.manifest import ManifestWriter
 from guidedbp.io.write import save_npy, save_png
-from guidedbp.models.preprocess import fit, preprocess
+from guidedbp.models.preprocess import prepare
 from guidedbp.render import render, render_panel
 
 
@@ -147,14 +147,11 @@ class ExplainJob:
         except ImageError as error:
             prepared.error = error.reason
             return prepared
-        height, width, _ = self.loaded.input_shape
-        if height is None or width is None:
-            size = self.settings.size or image.shape[:2]
-        else:
-            size = (height, width)
-        fitted, placement = fit(image, size, self.settings.resize)
-        prepared.original, prepared.fitted, prepared.placement = image, fitted, placement
-        prepared.model_input = preprocess(fitted, self.loaded.preprocess)
+        prepared.original = image
+        prepared.fitted, prepared.placement, prepared.model_input = prepare(
+            image, self.loaded.input_shape, self.loaded.preprocess, self.settings.size,
+            self.settings.resize,
+        )
         return prepared
 
     def _explain(self, batch: list[_Prepared]) -> dict[int, list[tuple]]:

@@ -144,14 +144,21 @@ def _lift_constants(graph_def, min_elements: int):
         shape = [d.size for d in node.attr["value"].tensor.tensor_shape.dim]
         if int(np.prod(shape, dtype=np.int64)) <= min_elements:
             continue
-        value = tf.make_ndarray(node.attr["value"].tensor)
-        dtype = node.attr["dtype"]
-        node.op = "Placeholder"
-        node.ClearField("attr")
-        node.attr["dtype"].CopyFrom(dtype)
-        node.attr["shape"].shape.CopyFrom(tf.TensorShape(value.shape).as_proto())
-        weights[node.name] = tf.constant(value)
+        weights[node.name] = tf.constant(constant_to_placeholder(node))
     return lifted, weights
+
+
+def constant_to_placeholder(node) -> np.ndarray:
+    """Turn a GraphDef ``Const`` node into a ``Placeholder`` in place; return its value."""
+    import tensorflow as tf
+
+    value = tf.make_ndarray(node.attr["value"].tensor)
+    dtype = node.attr["dtype"]
+    node.op = "Placeholder"
+    node.ClearField("attr")
+    node.attr["dtype"].CopyFrom(dtype)
+    node.attr["shape"].shape.CopyFrom(tf.TensorShape(value.shape).as_proto())
+    return value
 
 
 def load_model(

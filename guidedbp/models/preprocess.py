@@ -367,3 +367,36 @@ def _resize_float(values: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         for k in range(values.shape[2])
     ]
     return np.stack(channels, axis=2) if channels else np.zeros((*size, 0), np.float32)
+
+
+def model_size(
+    input_shape: tuple, image_size: tuple[int, int], size: tuple[int, int] | None = None
+) -> tuple[int, int]:
+    """The ``(H, W)`` an image is fitted to: the model's own, else ``size``, else the image's.
+
+    Args:
+        input_shape: The model's ``(H, W, C)``, ``None`` for free dimensions.
+        image_size: The decoded image's ``(H, W)``.
+        size: The user's ``--size`` for models with free spatial dimensions.
+    """
+    height, width = input_shape[0], input_shape[1]
+    if height is not None and width is not None:
+        return int(height), int(width)
+    return tuple(size) if size else tuple(image_size[:2])
+
+
+def prepare(
+    image: np.ndarray,
+    input_shape: tuple,
+    mode: str,
+    size: tuple[int, int] | None = None,
+    resize: str = "stretch",
+) -> tuple[np.ndarray, Placement, np.ndarray]:
+    """A decoded image made ready for a model: fitted to its size, then preprocessed.
+
+    Returns:
+        ``(fitted, placement, model_input)``: the uint8 picture at model resolution, the
+        :class:`Placement` that maps maps back, and the float32 model input.
+    """
+    fitted, placement = fit(image, model_size(input_shape, image.shape[:2], size), resize)
+    return fitted, placement, preprocess(fitted, mode)
