@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from guidedbp.checks import FAIL, INFO, PASS, SKIP, CheckSession, CheckSettings, run_checks
-from guidedbp.checks import suite
+from guidedbp.checks import FAIL, INFO, PASS, SKIP, CheckSession, CheckSettings, run_checks, suite
 from guidedbp.checks.baseline import BASELINE_FILE, load_baseline, save_baseline
 from guidedbp.checks.expected import read_expectations, resolve_expectations
 from guidedbp.checks.images import FREE_SIZE, generated_images, image_files

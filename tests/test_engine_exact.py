@@ -4,7 +4,6 @@ import keras
 import numpy as np
 import pytest
 
-import guidedbp
 from guidedbp import Explainer, NoReluWarning, saliency
 
 from .models import GRADIENT_METHODS, X12, X3x3, cnn, mlp, prelu_mlp, relu6_mlp, sigmoid_head

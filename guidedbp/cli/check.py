@@ -111,8 +111,8 @@ def check_command(model: str, images: tuple[str, ...], **options) -> None:
 
     import_tensorflow(options["debug"])
     from guidedbp.checks.expected import resolve_expectations
-    from guidedbp.checks.results import FAIL, CheckResult
     from guidedbp.checks.report import format_table, junit_xml, summary_line, to_document, to_json
+    from guidedbp.checks.results import FAIL, CheckResult
     from guidedbp.checks.session import CheckSession, CheckSettings
     from guidedbp.checks.suite import run_checks
     from guidedbp.io.write import atomic_write_bytes
