@@ -38,7 +38,7 @@ def test_class_names_cover_the_six_shapes():
 
 def test_same_seed_same_bytes_different_seed_different(shapes):
     again = make_shapes(60, seed=3)
-    for first, second in zip(shapes, again):
+    for first, second in zip(shapes, again, strict=True):
         assert first.tobytes() == second.tobytes()
     other_images, other_masks, _ = make_shapes(60, seed=5)
     assert not np.array_equal(shapes[0], other_images)
@@ -61,38 +61,43 @@ def test_labels_in_range_and_all_classes_drawn(shapes):
 def test_masks_are_non_empty_and_inside_the_image(shapes):
     masks = shapes[1]
     areas = masks.sum(axis=(1, 2))
-    # The smallest shape (a star of radius 12) still covers dozens of pixels.
-    assert areas.min() > 50
+    # The smallest shape, a star of radius 14, covers about 1.32 * 14**2 = 259 pixels.
+    assert areas.min() > 200
     # Fully inside: the border rows and columns are never part of an object.
     border = masks[:, 0, :].any() or masks[:, -1, :].any()
     border = border or masks[:, :, 0].any() or masks[:, :, -1].any()
     assert not border
 
 
-def test_mask_size_follows_the_class(shapes):
-    images, masks, labels = shapes
+def test_masks_follow_the_class(shapes):
+    _, masks, labels = shapes
     # A ring is hollow: its centre pixel, the mean of its mask's coordinates, is background.
     for mask in masks[labels == CLASS_NAMES.index("ring")]:
         rows, cols = np.nonzero(mask)
-        assert not mask[int(round(rows.mean())), int(round(cols.mean()))]
+        assert not mask[round(rows.mean()), round(cols.mean())]
     for mask in masks[labels == CLASS_NAMES.index("circle")]:
         rows, cols = np.nonzero(mask)
-        assert mask[int(round(rows.mean())), int(round(cols.mean()))]
+        assert mask[round(rows.mean()), round(cols.mean())]
 
 
 def test_background_is_cluttered_not_plain(shapes):
     images, masks, _ = shapes
-    for image, mask in zip(images, masks):
-        background = image[~mask].astype(np.float64)
-        assert background.std(axis=0).mean() > 20
+    spreads = []
+    for image, mask in zip(images.astype(np.float64), masks, strict=True):
+        background = image[~mask]
+        spreads.append(background.std(axis=0).mean())
         # Not one dominant colour either: the most common value covers little of it.
         _, counts = np.unique(background, axis=0, return_counts=True)
         assert counts.max() < 0.05 * len(background)
+        # Texture: neighbouring background pixels differ (noise, lines, blob edges).
+        steps = np.abs(np.diff(image, axis=1)).mean(axis=-1)[~(mask[:, 1:] | mask[:, :-1])]
+        assert steps.mean() > 3
+    assert min(spreads) > 12 and np.mean(spreads) > 25
 
 
 def test_object_contrasts_with_its_surroundings(shapes):
     images, masks, _ = shapes
-    for image, mask in zip(images.astype(np.float64), masks):
+    for image, mask in zip(images.astype(np.float64), masks, strict=True):
         inside = image[mask].mean(axis=0)
         rows, cols = np.nonzero(mask)
         box = np.zeros_like(mask)
@@ -103,7 +108,7 @@ def test_object_contrasts_with_its_surroundings(shapes):
 
 def test_colour_does_not_give_the_class_away():
     images, masks, labels = make_shapes(300, seed=6)
-    colours = np.array([image[mask].mean(axis=0) for image, mask in zip(images, masks)])
+    colours = np.array([image[mask].mean(axis=0) for image, mask in zip(images, masks, strict=True)])
     means = np.array([colours[labels == c].mean(axis=0) for c in range(len(CLASS_NAMES))])
     # Uniform random colours: every class averages near mid-grey.
     assert np.abs(means - 127.5).max() < 40
@@ -138,14 +143,19 @@ def test_zero_images():
     assert images.shape == (0, 96, 96, 3) and masks.shape == (0, 96, 96) and labels.shape == (0,)
 
 
-@pytest.mark.parametrize("n", [-1, 2.5, True, "3"])
-def test_bad_count_is_rejected(n):
-    with pytest.raises(ValueError, match="n="):
+@pytest.mark.parametrize("n", [2.5, True, "3"])
+def test_non_integer_count_is_rejected(n):
+    with pytest.raises(TypeError, match="n="):
         make_shapes(n, seed=0)
 
 
-def test_bad_seed_is_rejected():
-    with pytest.raises(ValueError, match="seed="):
+def test_negative_count_is_rejected():
+    with pytest.raises(ValueError, match="n=-1 must be non-negative"):
+        make_shapes(-1, seed=0)
+
+
+def test_non_integer_seed_is_rejected():
+    with pytest.raises(TypeError, match="seed=1.5"):
         make_shapes(1, seed=1.5)
 
 
@@ -160,6 +170,94 @@ def test_demo_modules_do_not_import_tensorflow():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.split() == ["False", "False"]
+
+
+def test_numpy_integer_count_and_seed_are_accepted():
+    images, _, _ = make_shapes(np.int64(2), seed=np.int32(3))
+    assert np.array_equal(images, make_shapes(2, seed=3)[0])
+
+
+# -- sample images -----------------------------------------------------------------------
+
+SAMPLES = Path(__file__).parents[1] / "sample_images"
+
+
+def test_sample_shapes_match_the_generator(tmp_path):
+    from PIL import Image
+
+    from guidedbp.demo.samples import write_shapes
+
+    written = write_shapes(tmp_path)
+    assert [p.name for p in written] == [f"{name}_0.png" for name in CLASS_NAMES]
+    for path in written:
+        fresh_mask = tmp_path / "masks" / "shapes" / path.name
+        with Image.open(path) as fresh, Image.open(SAMPLES / "shapes" / path.name) as shipped:
+            assert np.array_equal(np.asarray(fresh), np.asarray(shipped))
+        with Image.open(fresh_mask) as fresh, \
+                Image.open(SAMPLES / "masks" / "shapes" / path.name) as shipped:
+            assert shipped.mode == "L" and set(np.unique(np.asarray(shipped))) == {0, 255}
+            assert np.array_equal(np.asarray(fresh), np.asarray(shipped))
+
+
+def test_sample_shapes_show_their_class(tmp_path):
+    from PIL import Image
+
+    from guidedbp.demo.samples import SAMPLES_SEED, write_shapes
+
+    images, masks, labels = make_shapes(20 * len(CLASS_NAMES), seed=SAMPLES_SEED)
+    for label, path in enumerate(write_shapes(tmp_path)):
+        first = int(np.flatnonzero(labels == label)[0])
+        with Image.open(path) as image:
+            assert np.array_equal(np.asarray(image), images[first])
+        with Image.open(tmp_path / "masks" / "shapes" / path.name) as mask:
+            assert np.array_equal(np.asarray(mask) == 255, masks[first])
+
+
+def test_photos_come_from_the_wheel_shrunk(tmp_path):
+    import zipfile
+
+    from PIL import Image
+
+    from guidedbp.demo.samples import PHOTOS, write_photos
+
+    wheel = tmp_path / "scikit_image-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for index, member in enumerate(PHOTOS.values()):
+            picture = Image.new("RGB", (600 + 100 * index, 400), (10 * index, 80, 160))
+            path = tmp_path / f"photo{index}.png"
+            picture.save(path)
+            archive.write(path, member)
+    written = write_photos(tmp_path / "out", wheel)
+    assert [p.name for p in written] == list(PHOTOS)
+    for path in written:
+        with Image.open(path) as photo:
+            assert photo.format == "JPEG" and photo.mode == "RGB"
+            assert max(photo.size) == 512 and photo.size[1] < 512
+
+
+def test_photos_missing_from_the_wheel_are_reported(tmp_path):
+    import zipfile
+
+    from guidedbp.demo.samples import write_photos
+
+    wheel = tmp_path / "empty.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("skimage/__init__.py", "")
+    with pytest.raises(ValueError, match="has no skimage/data/chelsea.png"):
+        write_photos(tmp_path / "out", wheel)
+
+
+def test_shipped_photos_are_small_and_credited():
+    from PIL import Image
+
+    from guidedbp.demo.samples import PHOTOS
+
+    credits = (SAMPLES / "CREDITS").read_text(encoding="utf-8")
+    for name, member in PHOTOS.items():
+        with Image.open(SAMPLES / name) as photo:
+            assert photo.format == "JPEG" and max(photo.size) <= 512
+        assert name in credits and member.rsplit("/", 1)[1] in credits
+    assert "CC0" in credits and "public domain" in credits
 
 
 # -- metrics -----------------------------------------------------------------------------

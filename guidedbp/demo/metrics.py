@@ -42,7 +42,7 @@ def pointing_game(
     magnitude, masks = _check(saliency_magnitude, masks)
     if not np.isfinite(tolerance) or tolerance < 0:
         raise ValueError(f"tolerance={tolerance!r} must be a non-negative number of pixels")
-    count, height, width = magnitude.shape
+    count, _, width = magnitude.shape
     flat = magnitude.reshape(count, -1).argmax(axis=1)
     rows, cols = np.divmod(flat, width)
     hits = np.zeros(count, bool)

@@ -1,14 +1,16 @@
 """Synthetic shapes on cluttered backgrounds, with exact object masks; numpy and Pillow only.
 
-Each image is 96x96 RGB: one filled shape of a class in :data:`CLASS_NAMES`, of random
-size, position, rotation and colour, on a background made to be anything but plain
-(a colour gradient, smooth colour variation, irregular blobs, thin straight lines and
-pixel noise), so that a classifier has to find the shape's outline rather than a
-coloured patch. Colours are drawn independently of the class.
+Each image is 96x96 RGB: one filled, opaque shape of a class in :data:`CLASS_NAMES`, of
+random size, position, rotation and colour, on a background made to be anything but
+plain: a colour gradient, smooth colour variation, translucent irregular blobs and thin
+straight lines, and pixel noise over everything. The clutter puts edges everywhere, so
+a classifier has to tell the shape's outline from them; colours are drawn independently
+of the class, and the shape's colour is kept at least an RGB distance of 100 from the
+mean of the background it covers, so it can be found at all.
 
-Shapes and lines are drawn at 4x the size and downsampled with Lanczos, so edges are
-anti-aliased. The object's mask is the same 4x drawing, downsampled the same way and
-thresholded at half coverage: it is exactly the pixels the object mostly covers.
+Shapes are drawn at 4x the size (lines at 2x) and downsampled with Lanczos, so edges
+are anti-aliased. The object's mask is the same 4x drawing, downsampled the same way
+and thresholded at one half: the pixels the object (about) mostly covers.
 
 Every image has its own random stream spawned from the seed, so image ``i`` depends
 only on ``seed``, ``i`` and ``distractors``: ``make_shapes(10, s)[0][:5]`` equals
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -36,7 +39,7 @@ CLASS_NAMES = ("circle", "square", "triangle", "star", "ring", "cross")
 IMAGE_SIZE = 96
 
 #: Circumradius of the target shape in pixels, inclusive range.
-RADIUS_RANGE = (12.0, 30.0)
+RADIUS_RANGE = (14.0, 30.0)
 
 #: With a distractor: the target's circumradius range in pixels (big enough to leave a
 #: smaller shape room to be recognisable), the distractor's area as a share of the
@@ -52,6 +55,9 @@ _MIN_CONTRAST = 100.0  # RGB distance between the object and its local backgroun
 _STAR_INNER = 0.45  # inner/outer radius of the five-pointed star
 _RING_INNER = 0.55  # hole/outer radius of the ring
 _CROSS_HALF_WIDTH = 0.3  # half arm width / circumradius of the cross
+# Clutter is seen through: it has edges everywhere, but the opaque object stands out.
+_BLOB_OPACITY = (0.25, 0.55)
+_LINE_OPACITY = (0.35, 0.7)
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,8 @@ def make_shapes(
         and int64 ``(n,)`` indices into :data:`CLASS_NAMES`.
 
     Raises:
-        ValueError: For a negative or non-integer ``n`` or a non-integer ``seed``.
+        TypeError: For a non-integer ``n`` or ``seed``.
+        ValueError: For a negative ``n``.
 
     >>> images, masks, labels = make_shapes(4, seed=1, distractors=True)
     >>> bool(masks.any(axis=(1, 2)).all()), bool(((0 <= labels) & (labels < 6)).all())
@@ -102,10 +109,12 @@ def make_shapes(
 
 def make_scenes(n: int, seed: int, distractors: bool = False) -> Scenes:
     """Like :func:`make_shapes`, but also returns the distractors' masks and labels."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"n={n!r} must be a non-negative integer")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n={n!r} must be an integer")
+    if n < 0:
+        raise ValueError(f"n={n!r} must be non-negative")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed={seed!r} must be an integer")
+        raise TypeError(f"seed={seed!r} must be an integer")
     size = IMAGE_SIZE
     images = np.empty((n, size, size, 3), np.uint8)
     masks = np.empty((n, size, size), bool)
@@ -134,7 +143,9 @@ def _render_scene(rng: np.random.Generator, distractors: bool):
         other = int(rng.choice([c for c in range(len(CLASS_NAMES)) if c != label]))
         # Smaller in area, whatever the two classes (a circle covers 2.4x a triangle).
         share = float(rng.uniform(*DISTRACTOR_AREA_SHARE))
-        other_radius = radius * math.sqrt(share * _AREA[label] / _AREA[other])
+        other_radius = radius * math.sqrt(
+            share * _area_per_squared_radius(label) / _area_per_squared_radius(other)
+        )
         other_radius = min(max(other_radius, DISTRACTOR_MIN_RADIUS), DISTRACTOR_MAX_SCALE * radius)
         centre, other_centre = _place_pair(rng, radius, other_radius)
     else:
@@ -180,7 +191,7 @@ def _place_pair(rng: np.random.Generator, radius: float, other_radius: float):
 
 
 def _vertices(label: int, centre, radius: float, angle: float) -> list[tuple[float, float]]:
-    """Polygon vertices at the 4x scale, for the polygonal classes."""
+    """Vertices, at the 4x scale, of a polygonal shape centred at ``centre`` (image pixels)."""
     name = CLASS_NAMES[label]
     if name == "square":
         polar = [(radius, angle + math.pi / 4 + k * math.pi / 2) for k in range(4)]
@@ -206,7 +217,9 @@ def _vertices(label: int, centre, radius: float, angle: float) -> list[tuple[flo
     ]
 
 
+@cache
 def _area_per_squared_radius(label: int) -> float:
+    """Area of a shape of the class with circumradius 1."""
     name = CLASS_NAMES[label]
     if name == "circle":
         return math.pi
@@ -215,9 +228,6 @@ def _area_per_squared_radius(label: int) -> float:
     points = np.array(_vertices(label, (0.0, 0.0), 1.0, 0.0)) / _SCALE
     x, y = points[:, 0], points[:, 1]
     return 0.5 * abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))  # shoelace
-
-
-_AREA = [_area_per_squared_radius(label) for label in range(len(CLASS_NAMES))]
 
 
 def _shape_alpha(label: int, centre, radius: float, angle: float) -> np.ndarray:
@@ -274,6 +284,7 @@ def _contrasting_colour(rng, background: np.ndarray, alpha: np.ndarray) -> np.nd
 # -- background --------------------------------------------------------------------------
 
 
+@cache
 def _smooth_matrix(knots: int) -> np.ndarray:
     """``(96, knots)`` Gaussian interpolation weights: ``W @ grid @ W.T`` is a smooth field."""
     size = IMAGE_SIZE
@@ -281,26 +292,33 @@ def _smooth_matrix(knots: int) -> np.ndarray:
     positions = (np.arange(knots) - 1.0) * spacing  # one knot beyond each border
     x = np.arange(size) + 0.5
     weights = np.exp(-0.5 * ((x[:, None] - positions[None, :]) / (0.6 * spacing)) ** 2)
-    return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32)
-
-
-_SMOOTH = {k: _smooth_matrix(k) for k in range(4, 13)}
+    weights = (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32)
+    weights.setflags(write=False)  # cached and shared
+    return weights
 
 
 def _smooth_field(rng: np.random.Generator, knots: int, channels: int) -> np.ndarray:
-    weights = _SMOOTH[knots]
+    weights = _smooth_matrix(knots)
     grid = rng.normal(0.0, 1.0, (channels, knots, knots)).astype(np.float32)
     field = weights @ grid @ weights.T  # (channels, 96, 96)
     return np.moveaxis(field, 0, -1)
 
 
+@cache
+def _centred_coordinates() -> np.ndarray:
+    """Row and column of each pixel centre, from the image centre, float32 ``(2, 96, 96)``."""
+    grid = np.mgrid[0:IMAGE_SIZE, 0:IMAGE_SIZE].astype(np.float32)
+    grid += np.float32(0.5 - IMAGE_SIZE / 2)
+    grid.setflags(write=False)
+    return grid
+
+
 def _background(rng: np.random.Generator) -> np.ndarray:
     """Float ``(96, 96, 3)`` in about 0..255: gradient, colour variation, blobs, lines."""
-    size = IMAGE_SIZE
     # A linear colour gradient in a random direction.
     start, end = rng.uniform(0.0, 255.0, (2, 3))
     direction = _angle(rng)
-    y, x = np.mgrid[0:size, 0:size].astype(np.float32) + np.float32(0.5 - size / 2)
+    y, x = _centred_coordinates()
     t = x * np.float32(math.cos(direction)) + y * np.float32(math.sin(direction))
     t = (t - t.min()) / (t.max() - t.min())
     image = start.astype(np.float32) + t[..., None] * (end - start).astype(np.float32)
@@ -311,9 +329,11 @@ def _background(rng: np.random.Generator) -> np.ndarray:
     # Irregular blobs: the tops of a smooth random field, soft-edged.
     for _ in range(int(rng.integers(2, 6))):
         field = _smooth_field(rng, int(rng.integers(7, 13)), 1)[..., 0]
-        threshold = np.quantile(field, rng.uniform(0.8, 0.93))
+        rank = int(rng.uniform(0.8, 0.93) * (field.size - 1))
+        threshold = np.partition(field.ravel(), rank)[rank]
         softness = 0.15 * field.std()
-        alpha = np.clip((field - threshold) / softness, 0.0, 1.0) * np.float32(rng.uniform(0.6, 1.0))
+        opacity = np.float32(rng.uniform(*_BLOB_OPACITY))
+        alpha = np.clip((field - threshold) / softness, 0.0, 1.0) * opacity
         image = _paint(image, alpha, rng.uniform(0.0, 255.0, 3))
     image = _lines(rng, image)
     return np.clip(image, 0.0, 255.0, out=image)
@@ -332,10 +352,11 @@ def _lines(rng: np.random.Generator, image: np.ndarray) -> np.ndarray:
         half = rng.uniform(15.0, 80.0)
         offset = half * np.array([math.cos(direction), math.sin(direction)])
         ends = [tuple(_LINE_SCALE * (middle - offset)), tuple(_LINE_SCALE * (middle + offset))]
-        width = int(round(_LINE_SCALE * rng.uniform(0.75, 2.5)))
-        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+        width = round(_LINE_SCALE * rng.uniform(0.75, 2.5))
+        opacity = rng.uniform(*_LINE_OPACITY)
+        colour = tuple(round(c * opacity) for c in rng.integers(0, 256, 3))
         draw_colour.line(ends, fill=colour, width=width)
-        draw_alpha.line(ends, fill=255, width=width)
+        draw_alpha.line(ends, fill=round(255 * opacity), width=width)
     small = (IMAGE_SIZE, IMAGE_SIZE)
     lanczos = Image.Resampling.LANCZOS
     premultiplied = np.asarray(colour_layer.resize(small, lanczos), np.float32)

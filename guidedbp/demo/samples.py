@@ -1,0 +1,114 @@
+"""Write the example pictures in ``sample_images/``: ``python -m guidedbp.demo.samples``.
+
+Shapes: the first image of each class drawn by :func:`guidedbp.demo.shapes.make_shapes`
+with seed :data:`SAMPLES_SEED` goes to ``shapes/<class>_0.png``, and its object mask
+(mode ``L``, 0 or 255) to ``masks/shapes/<class>_0.png``: the same path under
+``masks/``, so a tool can pair each image with its mask.
+
+Photographs: with ``--skimage-wheel``, three of scikit-image's bundled photographs are
+read from its wheel (``pip download --no-deps scikit-image``; the wheel is a zip file and
+is not installed), shrunk so the longer side is at most 512 px, and saved as JPEG
+(quality 90). Their sources and licences are in ``sample_images/CREDITS``.
+
+>>> from guidedbp.demo.samples import PHOTOS
+>>> PHOTOS["cat.jpg"]
+'skimage/data/chelsea.png'
+"""
+
+from __future__ import annotations
+
+import argparse
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from guidedbp.demo.shapes import CLASS_NAMES, make_shapes
+
+#: Seed of the sample shapes.
+SAMPLES_SEED = 2024
+
+#: Output name of each photograph and its path inside the scikit-image wheel.
+PHOTOS = {
+    "cat.jpg": "skimage/data/chelsea.png",
+    "coffee.jpg": "skimage/data/coffee.png",
+    "astronaut.jpg": "skimage/data/astronaut.png",
+}
+
+#: Longest side of a photograph, in pixels, and its JPEG quality.
+PHOTO_MAX_SIDE = 512
+PHOTO_QUALITY = 90
+
+DEFAULT_ROOT = Path("sample_images")
+
+
+def write_shapes(root: Path, seed: int = SAMPLES_SEED, per_class: int = 1) -> list[Path]:
+    """Write ``per_class`` shape images of each class and their masks under ``root``.
+
+    Returns:
+        The image paths written, in class order.
+
+    Raises:
+        ValueError: For a non-positive ``per_class``.
+    """
+    if per_class < 1:
+        raise ValueError(f"per_class={per_class!r} must be at least 1")
+    root = Path(root)
+    count = 20 * per_class * len(CLASS_NAMES)  # plenty: every class turns up per_class times
+    images, masks, labels = make_shapes(count, seed=seed)
+    written = []
+    for label, name in enumerate(CLASS_NAMES):
+        for index, i in enumerate(np.flatnonzero(labels == label)[:per_class]):
+            image_path = root / "shapes" / f"{name}_{index}.png"
+            mask_path = root / "masks" / "shapes" / f"{name}_{index}.png"
+            image_path.parent.mkdir(parents=True, exist_ok=True)
+            mask_path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(images[i], "RGB").save(image_path)
+            Image.fromarray(masks[i].astype(np.uint8) * 255, "L").save(mask_path)
+            written.append(image_path)
+    return written
+
+
+def write_photos(root: Path, wheel: Path) -> list[Path]:
+    """Extract, shrink and save the photographs of :data:`PHOTOS` from a scikit-image wheel.
+
+    Raises:
+        ValueError: When the wheel lacks one of the photographs.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    written = []
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        for output, member in PHOTOS.items():
+            if member not in names:
+                raise ValueError(f"{wheel} has no {member}: is it a scikit-image wheel?")
+            with archive.open(member) as stream:
+                photo = Image.open(stream).convert("RGB")
+            photo.thumbnail((PHOTO_MAX_SIDE, PHOTO_MAX_SIDE), Image.Resampling.LANCZOS)
+            path = root / output
+            photo.save(path, "JPEG", quality=PHOTO_QUALITY)
+            written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m guidedbp.demo.samples", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT,
+                        help=f"folder to write into (default: {DEFAULT_ROOT})")
+    parser.add_argument("--seed", type=int, default=SAMPLES_SEED)
+    parser.add_argument("--skimage-wheel", type=Path,
+                        help="a scikit-image wheel to take the photographs from")
+    args = parser.parse_args(argv)
+    for path in write_shapes(args.root, args.seed):
+        print(path)
+    if args.skimage_wheel is not None:
+        for path in write_photos(args.root, args.skimage_wheel):
+            print(path)
+
+
+if __name__ == "__main__":
+    main()
