@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,ray]"
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -33,6 +33,7 @@ demo-model: $(STAMP)
 eval: $(STAMP)
 	$(VENV)/bin/guidedbp evaluate demo --shapes 500 --seed 1000
 	$(VENV)/bin/guidedbp evaluate demo --shapes 500 --seed 1000 --distractors
+	$(VENV)/bin/guidedbp evaluate demo --shapes 500 --seed 1000 --distractors --explain-distractor
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis guidedbp.egg-info demo-out guidedbp-out

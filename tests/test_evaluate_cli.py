@@ -95,3 +95,21 @@ def test_missing_mask_and_usage_errors(setup, tmp_path):
     assert result.exit_code == 2 and "--shapes N" in result.output
     result = CliRunner().invoke(main, ["evaluate", str(setup / "m.keras"), str(tmp_path)])
     assert result.exit_code == 2 and "need --masks" in result.output
+
+
+def test_synthetic_samples_explain_the_asked_object():
+    from guidedbp.cli.evaluate import _synthetic
+    from guidedbp.demo import make_scenes
+
+    scenes = make_scenes(3, 11, distractors=True)
+    for explain_distractor, mask, other, labels in (
+        (False, scenes.masks, scenes.distractor_masks, scenes.labels),
+        (True, scenes.distractor_masks, scenes.masks, scenes.distractor_labels),
+    ):
+        samples = _synthetic(3, 11, True, explain_distractor)
+        for index, (_, picture, sample_mask, label, sample_other) in enumerate(samples):
+            np.testing.assert_array_equal(picture, scenes.images[index])
+            np.testing.assert_array_equal(sample_mask, mask[index])
+            np.testing.assert_array_equal(sample_other, other[index])
+            assert label == labels[index]
+    assert all(other is None for *_, other in _synthetic(2, 11, False))

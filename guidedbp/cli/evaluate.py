@@ -47,6 +47,9 @@ def _parse_methods(ctx, param, value: str | None) -> tuple[str, ...]:
 @click.option("--seed", type=int, default=1000, show_default=True, help="Seed of --shapes.")
 @click.option("--distractors", is_flag=True,
               help="With --shapes: add a smaller object of another class to each image.")
+@click.option("--explain-distractor", is_flag=True,
+              help="With --distractors: explain the distractor's class and score against its "
+                   "mask; the table also shows how often the map points at the target instead.")
 @click.option("--method", "methods", default=None, callback=_parse_methods, metavar="LIST",
               help=f"Comma list or 'all'. Default: {','.join(DEFAULT_METHODS)}.")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=TOLERANCE,
@@ -55,8 +58,8 @@ def _parse_methods(ctx, param, value: str | None) -> tuple[str, ...]:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @model_options
 @errors_handled
-def evaluate_command(model, images, masks, shapes, seed, distractors, methods, tolerance,
-                     batch_size, as_json, **options) -> None:
+def evaluate_command(model, images, masks, shapes, seed, distractors, explain_distractor, methods,
+                     tolerance, batch_size, as_json, **options) -> None:
     """Localisation of MODEL's maps against ground-truth object masks.
 
     \b
@@ -74,13 +77,15 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, methods, t
         raise click.UsageError("give IMAGES with --masks, or --shapes N")
     if images and masks is None:
         raise click.UsageError("IMAGES need --masks DIR")
+    if explain_distractor and not distractors:
+        raise click.UsageError("--explain-distractor needs --shapes N --distractors")
     import_tensorflow(options["debug"])
     from guidedbp.engine.explainer import Explainer
     from guidedbp.models.loading import load_model
 
     loaded = load_model(model, **load_options(options))
     if shapes is not None:
-        samples = _synthetic(shapes, seed, distractors)
+        samples = _synthetic(shapes, seed, distractors, explain_distractor)
     else:
         samples = _from_files(images, masks, loaded.channels)
     explainers = {m: Explainer(loaded, m, batch_size=batch_size) for m in methods}
@@ -88,7 +93,9 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, methods, t
     result = {
         "model": model,
         "data": (f"{shapes} synthetic shapes, seed {seed}"
-                 + (", with distractors" if distractors else "")) if shapes else masks,
+                 + (", with distractors" if distractors else "")
+                 + (", explaining the distractor's class" if explain_distractor else ""))
+        if shapes else masks,
         "tolerance": tolerance,
         "results": rows,
     }
@@ -101,11 +108,17 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, methods, t
 # -- data ------------------------------------------------------------------------------
 
 
-def _synthetic(count: int, seed: int, distractors: bool):
-    from guidedbp.demo import make_shapes
+def _synthetic(count: int, seed: int, distractors: bool, explain_distractor: bool = False):
+    """(name, picture, mask, class, other object's mask or None) per synthetic image."""
+    from guidedbp.demo import make_scenes
 
-    pictures, object_masks, labels = make_shapes(count, seed, distractors=distractors)
-    return [(f"shape{i}", pictures[i], object_masks[i], int(labels[i])) for i in range(count)]
+    scenes = make_scenes(count, seed, distractors=distractors)
+    if explain_distractor:
+        return [(f"shape{i}", scenes.images[i], scenes.distractor_masks[i],
+                 int(scenes.distractor_labels[i]), scenes.masks[i]) for i in range(count)]
+    others = scenes.distractor_masks if distractors else [None] * count
+    return [(f"shape{i}", scenes.images[i], scenes.masks[i], int(scenes.labels[i]), others[i])
+            for i in range(count)]
 
 
 def _from_files(inputs, mask_root: str, channels: int):
@@ -128,7 +141,7 @@ def _from_files(inputs, mask_root: str, channels: int):
         if mask.shape != picture.shape[:2]:
             raise UsageFailure(f"{mask_path}: mask is {mask.shape[1]}x{mask.shape[0]}, "
                                f"image is {picture.shape[1]}x{picture.shape[0]}")
-        samples.append((item.path, picture, mask, None))
+        samples.append((item.path, picture, mask, None, None))
     if missing:
         raise UsageFailure(f"no mask in {mask_root} for {len(missing)} image(s): "
                            + ", ".join(missing[:5]))
@@ -148,34 +161,39 @@ def score(loaded, explainers: dict, samples: list, tolerance: float, options: di
     for start in range(0, len(samples), batch):
         chunk = samples[start : start + batch]
         prepared = [prepare(picture, loaded.input_shape, loaded.preprocess, options.get("size"),
-                            options.get("resize", "stretch")) for _, picture, _, _ in chunk]
+                            options.get("resize", "stretch")) for _, picture, *_ in chunk]
         inputs = np.stack([model_input for _, _, model_input in prepared])
-        truth = [label for *_, label in chunk]
+        truth = [label for _, _, _, label, _ in chunk]
         targets = None if any(t is None for t in truth) else np.array(truth, np.int32)
         for method, explainer in explainers.items():
             explanation = explainer.explain(inputs, targets)
-            for index, (_, _, mask, _) in enumerate(chunk):
+            for index, (_, _, mask, _, other) in enumerate(chunk):
                 placement = prepared[index][1]
                 magnitude = np.abs(placement.to_original(explanation.maps[index])).max(axis=-1)
                 hit = pointing_game(magnitude[None], mask[None], tolerance)[0]
                 energy = energy_inside(magnitude[None], mask[None])[0]
+                other_hit = (None if other is None
+                             else bool(pointing_game(magnitude[None], other[None], tolerance)[0]))
                 per_method[method].append((int(explanation.targets[index]), bool(hit),
-                                           float(energy)))
+                                           float(energy), other_hit))
     labels = loaded.labels
     rows = []
     for method, scores in per_method.items():
-        classes = sorted({c for c, _, _ in scores})
+        classes = sorted({s[0] for s in scores})
         for key in [*classes, None]:
             chosen = [s for s in scores if key is None or s[0] == key]
             name = "overall" if key is None else (labels[key] if labels and key < len(labels)
                                                   else str(key))
-            rows.append({
+            row = {
                 "method": method,
                 "class": name,
                 "n": len(chosen),
-                "pointing_game": round(float(np.mean([h for _, h, _ in chosen])), 4),
-                "energy_inside": round(float(np.mean([e for _, _, e in chosen])), 4),
-            })
+                "pointing_game": round(float(np.mean([s[1] for s in chosen])), 4),
+                "energy_inside": round(float(np.mean([s[2] for s in chosen])), 4),
+            }
+            if chosen[0][3] is not None:
+                row["pointing_game_other"] = round(float(np.mean([s[3] for s in chosen])), 4)
+            rows.append(row)
     return rows
 
 
@@ -187,8 +205,12 @@ def format_table(result: dict) -> str:
     cell = {(r["method"], r["class"]): r for r in rows}
     width = max(10, *(len(m) + 2 for m in methods))
     lines = [f"model {result['model']} on {result['data']}"]
-    for key, title in (("pointing_game", f"pointing game (within {result['tolerance']:g} px)"),
-                       ("energy_inside", "share of map energy inside the mask")):
+    tables = [("pointing_game", f"pointing game (within {result['tolerance']:g} px)"),
+              ("energy_inside", "share of map energy inside the mask")]
+    if "pointing_game_other" in rows[0]:
+        tables.append(("pointing_game_other", "pointing game on the OTHER object (lower is "
+                                              "more class-discriminative)"))
+    for key, title in tables:
         lines += ["", title, f"{'class':<12}{'n':>6}" + "".join(f"{m:>{width}}" for m in methods)]
         for name in classes:
             count = cell[(methods[0], name)]["n"] if (methods[0], name) in cell else 0
