@@ -142,6 +142,57 @@ def end_to_end(folder: str, model_name: str = "ResNet50", count: int = 256, batc
           f"ratio {ratio:.2f} (target >= 0.85 {'met' if ratio >= 0.85 else 'NOT met'})")
 
 
+def ray_engine(folder: str, count: int = 256, batch: int = 16, workers: int = 2) -> None:
+    """The local engine against the Ray engine (local Ray, ``workers`` actors of 1 CPU each)
+    on the same JPEGs and the same saved MobileNetV2 (weights=None, 224x224): ResNet50 on
+    2 shared cores would take minutes per engine."""
+    import ray
+
+    from guidedbp.cli.job import ExplainJob, Settings
+    from guidedbp.cli.ray_job import Cluster, Recipe, run_on_ray
+    from guidedbp.io.inputs import collect_inputs
+    from guidedbp.models.loading import load_model
+
+    images_dir = os.path.join(folder, "ray-images")
+    write_images(images_dir, count)
+    keras.utils.set_random_seed(0)
+    model_path = os.path.join(folder, "mobilenetv2.keras")
+    keras.applications.MobileNetV2(weights=None).save(model_path)
+    items = collect_inputs([images_dir]).items
+    load = {"preprocess": "tf"}
+    loaded = load_model(model_path, **load)
+
+    local_settings = Settings(output=os.path.join(folder, "ray-local"), batch_size=batch)
+    explainer = Explainer(loaded, batch_size=batch)
+    local_s = timed(lambda: ExplainJob(loaded, explainer, local_settings).run(items))
+
+    options = {"methods": ("guided",), "batch_size": batch, "upsample": "bilinear",
+               "layer": None, "smooth": 0, "noise": 0.15, "seed": 0, "steps": 32,
+               "baseline": "black"}
+    recipe = Recipe(model=model_path, load=load, explain=options)
+    ray_settings = Settings(output=os.path.join(folder, "ray-ray"), batch_size=batch)
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+             logging_level="warning")
+    try:
+        cluster = Cluster(workers=workers)
+        # The first run in a fresh Ray instance also starts its worker processes; both
+        # runs start their actors (model load, trace).
+        cold_s = timed(lambda: run_on_ray(recipe, loaded, ray_settings, items, cluster))
+        ray_s = timed(lambda: run_on_ray(recipe, loaded, ray_settings, items, cluster))
+    finally:
+        ray.shutdown()
+    same = all(
+        open(os.path.join(local_settings.output, name), "rb").read()
+        == open(os.path.join(ray_settings.output, name), "rb").read()
+        for name in ("manifest.jsonl", "part0/img0000.guided.color.png")
+    )
+    print(f"MobileNetV2 weights=None (saved .keras), {count} JPEGs 320x240, batch {batch}, "
+          f"renders color+overlay, {os.cpu_count()} CPUs: local engine {count / local_s:.1f} "
+          f"images/s, Ray engine ({workers} workers x 1 CPU, local Ray, incl. actor start-up) "
+          f"{count / cold_s:.1f} images/s first run, {count / ray_s:.1f} images/s second run; "
+          f"same bytes: {same}")
+
+
 _MEMORY_SCRIPT = """
 import resource, sys
 from guidedbp.cli import main
@@ -181,7 +232,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--only", choices=["engine", "savedmodel", "end-to-end", "memory"])
+    parser.add_argument("--only", choices=["engine", "savedmodel", "end-to-end", "memory", "ray"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="guidedbp-bench-") as folder:
         if args.only in (None, "engine"):
@@ -192,6 +243,8 @@ def main() -> None:
             end_to_end(folder)
         if args.only in (None, "memory"):
             memory(folder)
+        if args.only in (None, "ray"):
+            ray_engine(folder)
 
 
 if __name__ == "__main__":

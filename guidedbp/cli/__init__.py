@@ -13,6 +13,7 @@ from guidedbp.cli.check import check_command
 from guidedbp.cli.evaluate import evaluate_command
 from guidedbp.cli.explain import explain_command
 from guidedbp.cli.inspect import inspect_command
+from guidedbp.cli.merge import merge_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -30,3 +31,4 @@ main.add_command(explain_command)
 main.add_command(inspect_command)
 main.add_command(check_command)
 main.add_command(evaluate_command)
+main.add_command(merge_command)

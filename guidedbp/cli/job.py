@@ -44,6 +44,7 @@ class Settings:
     resize: str = "stretch"
     skip_existing: bool = False
     fail_fast: bool = False
+    manifest: str = "manifest.jsonl"  # file name under output; shards name theirs
 
     @property
     def method(self) -> str:
@@ -74,6 +75,12 @@ class _Prepared:
     placement: object = None
     model_input: np.ndarray | None = None
     error: str | None = None
+
+
+def batched(items: list[InputItem], size: int) -> list[list[InputItem]]:
+    """The engine's batches, in input order. Every engine forms the same ones: a map can
+    differ in its last bits with the batch it was computed in, and outputs must not."""
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def class_slug(index: int, labels: list[str] | None) -> str:
@@ -242,6 +249,35 @@ class ExplainJob:
                             "outputs": outputs, "raw": raw})
         return self._record(prepared.item, "ok", None, targets)
 
+    def outcome(self, prepared: _Prepared, explained: list[tuple] | None) -> dict:
+        """The manifest record of one input, after writing its outputs.
+
+        ``explained`` is the input's entry of :meth:`_explain`, ``None`` when it has
+        none: it failed (``prepared.error``) or was skipped (outputs already there).
+        A failed write (disk full, permissions) fails that input, not the run.
+        """
+        item = prepared.item
+        if prepared.error is not None:
+            return self._record(item, "error", prepared.error, [])
+        if explained is None:
+            return self._record(item, "skipped", None, self._existing(item) or [])
+        try:
+            return self._write(prepared, explained)
+        except (OSError, ValueError) as error:
+            return self._record(item, "error", _one_line(error), [])
+
+    def prepare_batch(self, items: list[InputItem]) -> list[_Prepared]:
+        """Decode, fit and preprocess a batch (needs the model's shape, not the model)."""
+        return [self._prepare(item) for item in items]
+
+    def explain_batch(self, prepared: list[_Prepared]) -> list[dict]:
+        """Engine, render and write for one prepared batch: its manifest records, in order.
+
+        The whole pipeline after decoding, in the calling thread: what a Ray worker runs.
+        """
+        explained = self._explain(prepared)
+        return [self.outcome(p, explained.get(i)) for i, p in enumerate(prepared)]
+
     def _record(self, item: InputItem, status: str, error, targets: list[dict]) -> dict:
         first = targets[0] if targets else {}
         return {
@@ -263,9 +299,9 @@ class ExplainJob:
         summary = Summary()
         start = time.perf_counter()
         size = self.settings.batch_size
-        batches = [items[i : i + size] for i in range(0, len(items), size)]
+        batches = batched(items, size)
         previous_handler = _install_interrupt(self)
-        manifest = ManifestWriter(os.path.join(self.settings.output, "manifest.jsonl"))
+        manifest = ManifestWriter(os.path.join(self.settings.output, self.settings.manifest))
         try:
             with ThreadPoolExecutor(2, "guidedbp-decode") as decoders, \
                     ThreadPoolExecutor(2, "guidedbp-write") as writers:
@@ -277,7 +313,7 @@ class ExplainJob:
                     explained = self._explain(prepared)
                     prepared, failed = self._up_to_failure(prepared)  # the engine's failures
                     pending.append((prepared, [
-                        writers.submit(self._write, p, explained[i]) if i in explained else None
+                        writers.submit(self.outcome, p, explained.get(i))
                         for i, p in enumerate(prepared)
                     ]))
                     if len(pending) > 1:  # keep one batch of writes in flight
@@ -309,29 +345,23 @@ class ExplainJob:
         return [pool.submit(self._prepare, item) for item in batches[index]]
 
     def _finish(self, batch, manifest: ManifestWriter, summary: Summary) -> None:
-        prepared_list, futures = batch
-        for prepared, future in zip(prepared_list, futures):
-            item = prepared.item
-            if prepared.error is not None:
-                record = self._record(item, "error", prepared.error, [])
-            elif future is None:  # skipped: outputs already there
-                record = self._record(item, "skipped", None, self._existing(item) or [])
-            else:
-                try:
-                    record = future.result()
-                except (OSError, ValueError) as error:
-                    record = self._record(item, "error", _one_line(error), [])
-            if record["status"] == "error":
-                summary.failures.append((item.path, record["error"]))
-                # A write failure shows only here: with --fail-fast, stop after this batch.
-                self._halt = self._halt or self.settings.fail_fast
-            elif record["status"] == "skipped":
-                summary.skipped += 1
-            else:
-                summary.done += 1
-            manifest.write(record)
-            if self.progress is not None:
-                self.progress.advance()
+        _, futures = batch
+        for future in futures:
+            self.deliver(future.result(), manifest, summary)
+
+    def deliver(self, record: dict, manifest: ManifestWriter, summary: Summary) -> None:
+        """Count one input's record, append it to the manifest and advance the progress bar."""
+        if record["status"] == "error":
+            summary.failures.append((record["input"], record["error"]))
+            # A write failure shows only here: with --fail-fast, stop after this batch.
+            self._halt = self._halt or self.settings.fail_fast
+        elif record["status"] == "skipped":
+            summary.skipped += 1
+        else:
+            summary.done += 1
+        manifest.write(record)
+        if self.progress is not None:
+            self.progress.advance()
 
 
 def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict) -> np.ndarray:
