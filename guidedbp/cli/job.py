@@ -8,7 +8,6 @@ idle. At most three batches are in memory at once, whatever the number of images
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import time
@@ -17,12 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from guidedbp.cli.outputs import class_slug, comparison_panel, label_of, raw_items, raw_paths
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.manifest import ManifestWriter
 from guidedbp.io.write import save_npy, save_png
 from guidedbp.models.preprocess import prepare
-from guidedbp.render import render, render_panel
+from guidedbp.render import render
 
 
 @dataclass(frozen=True)
@@ -83,14 +83,6 @@ def batched(items: list[InputItem], size: int) -> list[list[InputItem]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def class_slug(index: int, labels: list[str] | None) -> str:
-    """``281-tabby`` (or ``281`` without labels): the class part of an output name."""
-    if labels is None or index >= len(labels):
-        return str(index)
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", labels[index]).strip("-").lower()
-    return f"{index}-{slug}" if slug else str(index)
-
-
 class ExplainJob:
     """Explains a list of inputs into ``settings.output`` with a manifest."""
 
@@ -135,10 +127,10 @@ class ExplainJob:
         found = []
         for target in self.settings.classes or [None]:
             outputs, raw = self._names(item, None if target is None else class_slug(target, labels))
-            paths = list(outputs.values()) + _raw_paths(raw)
+            paths = list(outputs.values()) + raw_paths(raw)
             if not all(os.path.isfile(os.path.join(out, p)) for p in paths):
                 return None
-            label = None if target is None else _label(target, labels)
+            label = None if target is None else label_of(target, labels)
             found.append({"class": target, "label": label, "score": None,
                           "outputs": outputs, "raw": raw})
         return found
@@ -229,7 +221,7 @@ class ExplainJob:
                 picture = prepared.original
             else:
                 shown, picture = maps, prepared.fitted
-            label = _label(target, labels)
+            label = label_of(target, labels)
             named_class = f"{label} (class {target})" if label else f"class {target}"
             caption = f"{named_class} p={probability:.3f}"
             if len(settings.methods) == 1:  # a comparison panel captions its columns instead
@@ -243,7 +235,7 @@ class ExplainJob:
                     method = method or settings.methods[0]
                     array = render(name, shown[method], picture, caption=caption, **style)
                 save_png(os.path.join(settings.output, relative), array)
-            for method, relative in _raw_items(raw, settings.methods):
+            for method, relative in raw_items(raw, settings.methods):
                 save_npy(os.path.join(settings.output, relative), maps[method].astype(np.float32))
             targets.append({"class": target, "label": label, "score": round(probability, 6),
                             "outputs": outputs, "raw": raw})
@@ -364,31 +356,6 @@ class ExplainJob:
             self.progress.advance()
 
 
-def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict) -> np.ndarray:
-    """The original, then one captioned column per method.
-
-    Gradient maps show as the signed ``color`` render; Grad-CAM, a coarse positive
-    map, as its ``overlay`` on the picture.
-    """
-    columns = [("original", picture)]
-    for method, saliency in maps.items():
-        name = "overlay" if method == "gradcam" else "color"
-        columns.append((method, render(name, saliency, picture, **style)))
-    return render_panel(columns, caption=caption)
-
-
-def _raw_items(raw, methods) -> list[tuple[str, str]]:
-    if raw is None:
-        return []
-    if isinstance(raw, str):
-        return [(methods[0], raw)]
-    return list(raw.items())
-
-
-def _raw_paths(raw) -> list[str]:
-    return [path for _, path in _raw_items(raw, ("",))]
-
-
 def _install_interrupt(job: ExplainJob):
     """First Ctrl-C: finish the current batch and stop. Second: stop at once."""
 
@@ -410,10 +377,6 @@ def _restore_interrupt(handler) -> None:
         signal.signal(signal.SIGINT, handler)
     except ValueError:
         pass
-
-
-def _label(target: int, labels: list[str] | None) -> str | None:
-    return labels[target] if labels is not None and target < len(labels) else None
 
 
 def _engine_reason(error: BaseException) -> str:
