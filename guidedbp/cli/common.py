@@ -21,6 +21,21 @@ class UsageFailure(click.ClickException):
     exit_code = 2
 
 
+def parse_methods(ctx, param, value: str) -> tuple[str, ...]:
+    """A ``--method`` value: a comma list of guidedbp.METHODS, or ``all``."""
+    from guidedbp import METHODS
+
+    if value.strip().lower() == "all":
+        return METHODS
+    names = tuple(dict.fromkeys(n.strip().lower() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in METHODS]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(METHODS)} or all", ctx, param
+        )
+    return names
+
+
 def _parse_size(ctx, param, value):
     if value is None:
         return None

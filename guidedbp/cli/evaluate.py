@@ -8,32 +8,19 @@ import os
 import click
 import numpy as np
 
-from guidedbp import METHODS
 from guidedbp.cli.common import (
     UsageFailure,
     errors_handled,
     import_tensorflow,
     load_options,
     model_options,
+    parse_methods,
 )
 
 TOLERANCE = 15  # pixels, as in Zhang et al. (2016)
 # Methods evaluated by default: all but integrated gradients, whose 32 passes per image
 # make it the slow one (ask for it with --method).
 DEFAULT_METHODS = ("guided", "vanilla", "deconvnet", "gradcam", "guided-gradcam")
-
-
-def _parse_methods(ctx, param, value: str | None) -> tuple[str, ...]:
-    if value is None:
-        return DEFAULT_METHODS
-    if value.strip().lower() == "all":
-        return METHODS
-    names = tuple(dict.fromkeys(n.strip().lower() for n in value.split(",") if n.strip()))
-    unknown = [n for n in names if n not in METHODS]
-    if unknown or not names:
-        raise click.BadParameter(f"{', '.join(unknown) or 'nothing'}: choose from "
-                                 f"{', '.join(METHODS)} or all", ctx, param)
-    return names
 
 
 @click.command("evaluate")
@@ -50,8 +37,8 @@ def _parse_methods(ctx, param, value: str | None) -> tuple[str, ...]:
 @click.option("--explain-distractor", is_flag=True,
               help="With --distractors: explain the distractor's class and score against its "
                    "mask; the table also shows how often the map points at the target instead.")
-@click.option("--method", "methods", default=None, callback=_parse_methods, metavar="LIST",
-              help=f"Comma list or 'all'. Default: {','.join(DEFAULT_METHODS)}.")
+@click.option("--method", "methods", default=",".join(DEFAULT_METHODS), show_default=True,
+              callback=parse_methods, metavar="LIST", help="Comma list of methods, or 'all'.")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=TOLERANCE,
               show_default=True, help="Pointing-game tolerance in pixels.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)

@@ -15,23 +15,12 @@ from guidedbp.cli.common import (
     import_tensorflow,
     load_options,
     model_options,
+    parse_methods,
 )
 from guidedbp.render import COLORMAPS, DEFAULT_ALPHA, DEFAULT_CLIP, DEFAULT_RENDERS, RENDERS
 
 DEFAULT_OUTPUT = "guidedbp-out"
 DEFAULT_BATCH_SIZE = 16
-
-
-def _parse_methods(ctx, param, value: str) -> tuple[str, ...]:
-    if value.strip().lower() == "all":
-        return METHODS
-    names = tuple(dict.fromkeys(n.strip().lower() for n in value.split(",") if n.strip()))
-    unknown = [n for n in names if n not in METHODS]
-    if unknown or not names:
-        raise click.BadParameter(
-            f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(METHODS)} or all", ctx, param
-        )
-    return names
 
 
 def _parse_renders(ctx, param, value: str) -> tuple[str, ...]:
@@ -72,7 +61,7 @@ Outputs, under OUT mirroring each input's path below the folder it was found in:
 @click.option("--recursive/--no-recursive", default=True, show_default=True,
               help="Walk INPUT folders recursively.")
 @click.option("--method", "methods", default="guided", show_default=True, metavar="LIST",
-              callback=_parse_methods,
+              callback=parse_methods,
               help=f"Comma list of methods, or 'all': {', '.join(METHODS)}. With several, "
                    "--render panel makes one comparison panel.")
 @click.option("--layer", default=None,
