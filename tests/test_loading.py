@@ -694,3 +694,21 @@ def test_zip_that_is_not_a_keras_archive(tmp_path):
     with pytest.raises(ModelLoadError, match=r"zip archive but not a \.keras model"):
         load_model(path)
 
+
+
+def test_custom_objects_file_may_import_its_neighbours(tmp_path):
+    from guidedbp.models.loading import _import_custom_objects
+
+    (tmp_path / "neighbour_scale_7f3.py").write_text("SCALE = 3.0\n")
+    (tmp_path / "layers_7f3.py").write_text(
+        "import keras\n"
+        "from neighbour_scale_7f3 import SCALE\n\n"
+        "class Scaled7f3(keras.layers.Layer):\n"
+        "    def call(self, inputs):\n"
+        "        return inputs * SCALE\n"
+    )
+    before = list(sys.path)
+    objects = _import_custom_objects(str(tmp_path / "layers_7f3.py"))
+    assert sys.path == before  # the folder was on the path only while importing
+    layer = objects["Scaled7f3"]()
+    assert float(layer(np.ones((1, 1), np.float32))[0, 0]) == 3.0

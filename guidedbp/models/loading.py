@@ -439,7 +439,13 @@ def _import_custom_objects(source: str | None) -> dict:
             module_spec = importlib.util.spec_from_file_location(name, source)
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[name] = module
-            module_spec.loader.exec_module(module)
+            # Like `python file.py`: the file may import modules that sit beside it.
+            folder = os.path.dirname(os.path.abspath(source))
+            sys.path.insert(0, folder)
+            try:
+                module_spec.loader.exec_module(module)
+            finally:
+                sys.path.remove(folder)
         else:
             module = importlib.import_module(source)
     except ModelLoadError:
