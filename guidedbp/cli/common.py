@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from guidedbp._text import one_line
 from guidedbp.models.preprocess import PREPROCESS_MODES, RESIZE_MODES
 
 
@@ -142,9 +143,9 @@ def errors_handled(function):
         except Exception as error:  # unexpected: still one line unless --debug
             if debug:
                 raise
-            text = " ".join(str(error).split()) or type(error).__name__
             raise UsageFailure(
-                f"{type(error).__name__}: {text[:300]} (rerun with --debug for the traceback)"
+                f"{type(error).__name__}: {one_line(error)[:300]} "
+                "(rerun with --debug for the traceback)"
             ) from None
 
     return wrapper

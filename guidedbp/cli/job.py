@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from guidedbp._text import one_line
 from guidedbp.cli.outputs import class_slug, comparison_panel, label_of, raw_items, raw_paths
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem
@@ -256,7 +257,7 @@ class ExplainJob:
         try:
             return self._write(prepared, explained)
         except (OSError, ValueError) as error:
-            return self._record(item, "error", _one_line(error), [])
+            return self._record(item, "error", one_line(error), [])
 
     def prepare_batch(self, items: list[InputItem]) -> list[_Prepared]:
         """Decode, fit and preprocess a batch (needs the model's shape, not the model)."""
@@ -384,9 +385,4 @@ def _engine_reason(error: BaseException) -> str:
     skipped = ("File ", "Graph execution error", "Detected at node", "[[")
     lines = [line.strip() for line in str(error).splitlines()]
     useful = [line for line in lines if line and not line.startswith(skipped)]
-    text = _one_line(useful[0]) if useful else type(error).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
+    return one_line(useful[0], limit=200) if useful else type(error).__name__

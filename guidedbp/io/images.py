@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from guidedbp._text import one_line
+
 __all__ = ["IMAGE_EXTENSIONS", "ImageError", "decode_image", "is_image_path"]
 
 #: File extensions (lower case) that :func:`is_image_path` accepts.
@@ -156,11 +158,11 @@ def decode_image(
             raise ImageError(name, "truncated image file") from None
         if error.errno is not None:  # the operating system failed to read the file
             raise ImageError(name, f"cannot read file ({error.strerror or error})") from None
-        raise ImageError(name, f"corrupt image data ({_one_line(error)})") from None
+        raise ImageError(name, f"corrupt image data ({one_line(error)})") from None
     except Exception as error:
         # Pillow's decoders report malformed data with many exception types
         # (SyntaxError, ValueError, struct.error, zlib.error, EOFError, ...).
-        raise ImageError(name, f"corrupt image data ({_one_line(error)})") from None
+        raise ImageError(name, f"corrupt image data ({one_line(error)})") from None
 
 
 def _to_array(image: Image.Image, channels: int, name: str) -> np.ndarray:
@@ -195,7 +197,7 @@ def _convert(image: Image.Image, mode: str, name: str) -> Image.Image:
         return image.convert(mode)
     except ValueError as error:
         raise ImageError(
-            name, f"unsupported colour mode {image.mode!r} ({_one_line(error)})"
+            name, f"unsupported colour mode {image.mode!r} ({one_line(error)})"
         ) from None
 
 
@@ -205,6 +207,3 @@ def _gray_out(gray: np.ndarray, channels: int) -> np.ndarray:
     return np.repeat(gray[..., np.newaxis], 3, axis=2)
 
 
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return text or type(error).__name__

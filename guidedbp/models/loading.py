@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from guidedbp._text import one_line
 from guidedbp.models import labels as labels_module
 from guidedbp.models.preprocess import KERAS_APPLICATIONS, PREPROCESS_MODES
 
@@ -617,5 +618,4 @@ def _prune(graph_def, output_name: str):
 
 
 def _one_line(error: BaseException | str) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
+    return one_line(error, limit=200)
