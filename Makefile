@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
+	$(PY) -m ruff check guidedbp tests benchmarks
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -12,19 +12,27 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-#: Attribution methods, in the order the CLI lists them.
-METHODS = ("guided", "vanilla", "deconvnet", "gradcam", "guided-gradcam", "integrated-gradients")
+from guidedbp.engine.methods import METHODS  # the registry's names; no TensorFlow
 
 _LAZY = {
-    "Explainer": "guidedbp.engine.explainer",
+    "Explainer": "guidedbp.api",
+    "saliency": "guidedbp.api",
     "Explanation": "guidedbp.engine.explainer",
     "NoReluWarning": "guidedbp.engine.explainer",
-    "saliency": "guidedbp.engine.explainer",
     "Report": "guidedbp.engine._graph",
     "reference_saliency": "guidedbp.engine.reference",
+    "MethodOptions": "guidedbp.engine.options",
+    "RenderOptions": "guidedbp.render.options",
+    "RunOptions": "guidedbp.pipeline.options",
+    "explain_files": "guidedbp.pipeline.run",
+    "explain_image": "guidedbp.pipeline.run",
+    "ImageExplanation": "guidedbp.pipeline.run",
+    "Summary": "guidedbp.pipeline.stages",
     "load_model": "guidedbp.models.loading",
     "LoadedModel": "guidedbp.models.loading",
-    "ModelLoadError": "guidedbp.models.loading",
+    "GuidedbpError": "guidedbp.errors",
+    "ArgumentError": "guidedbp.errors",
+    "ModelLoadError": "guidedbp.errors",
 }
 
 __all__ = ["METHODS", "__version__", *_LAZY]

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from .helpers import tinted_noise
+
 #: Reasons the decoder gives, as the manifest's ``error`` field shows them.
 TRUNCATED = "truncated image file"
 EMPTY = "empty file"
@@ -50,17 +52,8 @@ class Tree:
         return str(self.root / relative)
 
 
-def noise(height: int, width: int, seed: int, channels: int = 3) -> np.ndarray:
-    """Random uint8 pixels (a tinted gradient plus noise), reproducible from ``seed``."""
-    rng = np.random.default_rng(seed)
-    ramp = np.linspace(0, 160, width)[None, :, None] + np.linspace(0, 60, height)[:, None, None]
-    tint = rng.uniform(0.1, 1.0, channels)  # each image its own colour balance
-    values = ramp * tint + rng.integers(0, 96, (height, width, channels))
-    return np.clip(values, 0, 255).astype(np.uint8)
-
-
 def rgb(height: int, width: int, seed: int) -> Image.Image:
-    return Image.fromarray(noise(height, width, seed))
+    return Image.fromarray(tinted_noise(height, width, seed=seed))
 
 
 def _save(tree: Tree, relative: str, image: Image.Image, **params) -> None:
@@ -101,13 +94,13 @@ def make_tree(root: Path) -> Tree:
     _save(tree, "top.png", rgb(11, 9, 1))
     _save(tree, "a/cat.jpg", rgb(20, 30, 2), quality=95)
     _save(tree, "b/cat.jpg", rgb(24, 18, 3), quality=95)
-    _save(tree, "b/deep/er/gray.png", Image.fromarray(noise(17, 13, 4, 1)[..., 0]))
+    _save(tree, "b/deep/er/gray.png", Image.fromarray(tinted_noise(17, 13, 1, seed=4)))
     _save(tree, "mixed/cat.jpg", rgb(16, 16, 5), quality=95)
     _save(tree, "mixed/cat.png", rgb(12, 20, 6))
-    _save(tree, "mixed/rgba.png", Image.fromarray(noise(10, 14, 7, 4)))
+    _save(tree, "mixed/rgba.png", Image.fromarray(tinted_noise(10, 14, 4, seed=7)))
     _save(tree, "mixed/palette.gif", rgb(9, 11, 8).convert("P"))
     _save(tree, "mixed/cmyk.jpg", rgb(15, 15, 9).convert("CMYK"), quality=95)
-    deep = (noise(8, 21, 10, 1)[..., 0].astype(np.uint16) * 257)
+    deep = tinted_noise(8, 21, 1, seed=10).astype(np.uint16) * 257
     _save(tree, "mixed/sixteen.png", Image.fromarray(deep))
     _save(tree, "mixed/UPPER.JPG", rgb(14, 10, 11), format="JPEG", quality=95)
     _save(tree, "formats/photo.jpeg", rgb(13, 17, 12), quality=95)
@@ -119,10 +112,10 @@ def make_tree(root: Path) -> Tree:
     bad = tree.root / "bad"
     bad.mkdir()
     for name, fmt in (("truncated.png", "PNG"), ("truncated.jpg", "JPEG")):
-        Image.fromarray(noise(64, 64, 17)).save(bad / name, fmt)
+        Image.fromarray(tinted_noise(64, 64, seed=17)).save(bad / name, fmt)
         _truncate(bad / name)
         tree.bad[f"bad/{name}"] = TRUNCATED
-    Image.fromarray(noise(64, 64, 18)).save(bad / "corrupt.png")
+    Image.fromarray(tinted_noise(64, 64, seed=18)).save(bad / "corrupt.png")
     data = bytearray((bad / "corrupt.png").read_bytes())
     data[len(data) // 2 : len(data) // 2 + 40] = bytes(40)  # inside the compressed pixels
     (bad / "corrupt.png").write_bytes(bytes(data))
@@ -144,7 +137,7 @@ def make_flat(root: Path, count: int, size: tuple[int, int] = (24, 24)) -> list[
     paths = []
     for index in range(count):
         path = root / f"img{index:04d}.png"
-        Image.fromarray(noise(*size, seed=1000 + index)).save(path)
+        Image.fromarray(tinted_noise(*size, seed=1000 + index)).save(path)
         paths.append(path)
     return paths
 

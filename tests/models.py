@@ -61,7 +61,10 @@ def relu6_mlp(activation) -> keras.Model:
 
 
 def prelu_mlp() -> keras.Model:
-    """x (1x1x2) -> Dense(2) -> PReLU(alpha 0.25) -> Dense(2): W1 = [[1, -2], [1, 0]], W2 col 0 = [-1, 2]."""
+    """x (1x1x2) -> Dense(2) -> PReLU(alpha 0.25) -> Dense(2).
+
+    W1 = [[1, -2], [1, 0]], W2 column 0 = [-1, 2].
+    """
     inputs = keras.Input((1, 1, 2))
     hidden = keras.layers.Dense(2, use_bias=False)
     prelu = keras.layers.PReLU()
@@ -116,6 +119,96 @@ def cam_cnn(nested: bool = False) -> keras.Model:
 
 #: Distinct dyadic values, so no max-pool ties and exact float arithmetic.
 X4x4 = np.array(
-    [[1.0, 2.0, 0.0, 1.5], [0.5, 3.0, 0.25, 0.75], [2.5, 0.75, 0.125, 4.0], [1.25, 1.75, 3.5, 0.375]],
+    [
+        [1.0, 2.0, 0.0, 1.5],
+        [0.5, 3.0, 0.25, 0.75],
+        [2.5, 0.75, 0.125, 4.0],
+        [1.25, 1.75, 3.5, 0.375],
+    ],
     np.float32,
 ).reshape(1, 4, 4, 1)
+
+
+# -- models the CLI tests save as files ------------------------------------------------------
+
+
+def colour_cnn(shape) -> keras.Model:
+    """``shape`` -> Rescaling(1/255) -> Conv2D(4, 3, relu) -> global average -> Dense(3, softmax).
+
+    Seeded weights, plus a pull of filter k and class k towards colour channel k,
+    so that images of different colour balance rank the classes differently.
+    """
+    keras.utils.set_random_seed(1234)
+    conv = keras.layers.Conv2D(4, 3, activation="relu")
+    dense = keras.layers.Dense(3, activation="softmax")
+    model = keras.Sequential([keras.Input(shape), keras.layers.Rescaling(1 / 255), conv,
+                              keras.layers.GlobalAveragePooling2D(), dense])
+    kernel, bias = conv.get_weights()
+    for channel in range(3):
+        kernel[:, :, channel, channel] += 0.3
+    conv.set_weights([kernel, bias])
+    weights, bias = dense.get_weights()
+    weights[:3] += 8 * (np.eye(3) - 1 / 3)
+    dense.set_weights([weights, bias])
+    return model
+
+
+def tiny_cnn(seed: int, activation: str = "relu") -> keras.Model:
+    """16x16x3 -> Rescaling(1/255) -> Conv2D(6, 3) -> MaxPool -> Conv2D(8, 3) -> global average
+    -> Dense(3, softmax); ``activation`` in both convolutions, weights seeded by ``seed``."""
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Rescaling(1 / 255)(inputs)
+    x = keras.layers.Conv2D(6, 3, activation=activation)(x)
+    x = keras.layers.MaxPooling2D()(x)
+    x = keras.layers.Conv2D(8, 3, activation=activation)(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x))
+
+
+def corner_cnn() -> keras.Model:
+    """8x8x1 -> Conv2D(1, 1x1, relu, w=1) -> Flatten -> Dense(2): class 0 sums the top-left
+    2x2 block, class 1 is half the sum of the bottom-right 2x2 block.
+
+    On a constant image of 100, logits are [400, 200]: class 0 is the top-1, and its
+    guided (and vanilla) map is 1 on the top-left block, 0 elsewhere.
+    """
+    inputs = keras.Input((8, 8, 1))
+    conv = keras.layers.Conv2D(1, 1, activation="relu")
+    dense = keras.layers.Dense(2, use_bias=False)
+    model = keras.Model(inputs, dense(keras.layers.Flatten()(conv(inputs))))
+    conv.set_weights([np.ones((1, 1, 1, 1), np.float32), np.zeros(1, np.float32)])
+    weights = np.zeros((8, 8, 2), np.float32)
+    weights[:2, :2, 0] = 1.0
+    weights[6:, 6:, 1] = 0.5
+    dense.set_weights([weights.reshape(64, 2)])
+    return model
+
+
+def mixed_relu_cnn() -> keras.Model:
+    """8x8x3, unseeded weights: two Relu (a fused activation and a ReLU layer), one Relu6,
+    a LeakyReLU, a softmax head over 3 classes."""
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3, activation="relu")(inputs)
+    x = keras.layers.ReLU()(keras.layers.Conv2D(4, 3)(x))
+    x = keras.layers.ReLU(max_value=6.0)(keras.layers.Conv2D(4, 1)(x))
+    x = keras.layers.LeakyReLU(negative_slope=0.1)(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x))
+
+
+def gelu_cnn() -> keras.Model:
+    """Free spatial size, 1 channel, unseeded weights: GELU only, 2 logits (no head)."""
+    inputs = keras.Input((None, None, 1))
+    x = keras.layers.Conv2D(4, 3, activation="gelu")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(2)(x))
+
+
+def sigmoid_cnn() -> keras.Model:
+    """6x6x1, unseeded weights: rescales inside; one sigmoid unit (two classes: z and -z)."""
+    inputs = keras.Input((6, 6, 1))
+    x = keras.layers.Rescaling(1 / 255)(inputs)
+    x = keras.layers.Flatten()(keras.layers.Conv2D(2, 3, activation="relu")(x))
+    outputs = keras.layers.Dense(1, activation="sigmoid")(x)
+    return keras.Model(inputs, outputs)

@@ -20,8 +20,9 @@ from guidedbp.checks.report import junit_xml, to_document, to_json
 from guidedbp.checks.stats import map_similarity, rankdata, relative_difference, spearman
 from guidedbp.engine.explainer import Explainer
 from guidedbp.io.inputs import collect_inputs
+from guidedbp.models.frozen import FrozenGraph
 from guidedbp.models.labels import ClassNameError
-from guidedbp.models.loading import FrozenGraph, load_model
+from guidedbp.models.loading import load_model
 
 DEFAULT = ("loads", "relu-coverage", "finite", "guided-differs", "self-test", "randomization")
 SIZE = 16
@@ -466,7 +467,7 @@ def test_saved_model_self_test_and_randomization_copy(relu_model, tmp_path):
     graph = loaded.model
     assert isinstance(graph, FrozenGraph)
     graph_bytes = graph.graph_def.SerializeToString()
-    weights = {name: value.numpy().copy() for name, value in graph._weights.items()}
+    weights = {name: value.numpy().copy() for name, value in graph.weights.items()}
     labels = [label for _, label in frozen_kernels(graph)]
     # Top layer first; export's trace adds "_1"-style suffixes to the scopes.
     assert [label.split("/")[-1].split("_")[0] for label in labels] == [
@@ -480,12 +481,23 @@ def test_saved_model_self_test_and_randomization_copy(relu_model, tmp_path):
     assert results["guided-differs"].status == PASS
     assert [s["layer"] for s in results["randomization"].data["steps"]] == labels
     assert results["randomization"].data["steps"][-1]["spearman"] < 0.9
-    # The user's graph is untouched: same GraphDef, same weight values.
-    assert graph.graph_def.SerializeToString() == graph_bytes
-    assert all(np.array_equal(graph._weights[name].numpy(), value)
-               for name, value in weights.items())
     steps = list(cascade(graph, 2, seed=0))
     assert all(copy is not graph and copy.graph_def is not graph.graph_def for _, copy in steps)
+    # Each step re-draws one more kernel, as weights of a new graph.
+    assert [label for label, _ in steps] == labels[:2]
+    (_, one), (_, two) = steps
+    top, below = (name for name, _ in frozen_kernels(graph)[:2])
+    original = {name: value.numpy() for name, value in
+                graph.with_lifted([top, below]).weights.items()}
+    assert not np.array_equal(one.weights[top].numpy(), original[top])
+    assert np.array_equal(one.weights[below].numpy(), original[below])
+    assert np.array_equal(two.weights[top].numpy(), one.weights[top].numpy())
+    assert not np.array_equal(two.weights[below].numpy(), original[below])
+    # The user's graph is untouched: same GraphDef, same weight values.
+    assert graph.graph_def.SerializeToString() == graph_bytes
+    assert dict(graph.weights).keys() == weights.keys()
+    assert all(np.array_equal(graph.weights[name].numpy(), value)
+               for name, value in weights.items())
 
 
 # -- reports -------------------------------------------------------------------------------

@@ -7,27 +7,15 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import keras
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from PIL import Image
 
-from guidedbp.cli import main
+from .helpers import run_cli
+from .models import tiny_cnn
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = ["loads", "relu-coverage", "finite", "guided-differs", "self-test", "randomization"]
-
-
-def tiny_cnn(seed: int, activation: str = "relu") -> keras.Model:
-    keras.utils.set_random_seed(seed)
-    inputs = keras.Input((16, 16, 3))
-    x = keras.layers.Rescaling(1 / 255)(inputs)
-    x = keras.layers.Conv2D(6, 3, activation=activation)(x)
-    x = keras.layers.MaxPooling2D()(x)
-    x = keras.layers.Conv2D(8, 3, activation=activation)(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x))
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +34,7 @@ def files(tmp_path_factory):
 
 
 def check(*args, code: int = 0):
-    result = CliRunner().invoke(main, ["check", *map(str, args)])
-    assert result.exit_code == code, (result.output, result.stderr, result.exception)
-    return result
+    return run_cli("check", *args, code=code)
 
 
 def check_json(*args, code: int = 0) -> dict:

@@ -108,7 +108,8 @@ def test_object_contrasts_with_its_surroundings(shapes):
 
 def test_colour_does_not_give_the_class_away():
     images, masks, labels = make_shapes(300, seed=6)
-    colours = np.array([image[mask].mean(axis=0) for image, mask in zip(images, masks, strict=True)])
+    colours = np.array([image[mask].mean(axis=0)
+                        for image, mask in zip(images, masks, strict=True)])
     means = np.array([colours[labels == c].mean(axis=0) for c in range(len(CLASS_NAMES))])
     # Uniform random colours: every class averages near mid-grey.
     assert np.abs(means - 127.5).max() < 40

@@ -1,37 +1,25 @@
-"""``guidedbp evaluate``: pointing game and energy inside the mask, on a model whose maps are known."""
+"""``guidedbp evaluate``: pointing game and energy inside the mask, on a model whose maps
+are known."""
 
 from __future__ import annotations
 
 import json
 
-import keras
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from PIL import Image
 
-from guidedbp.cli import main
+from .helpers import run_cli
+from .models import corner_cnn
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    """8x8x1 -> Conv2D(1, 1x1, relu, w=1) -> Flatten -> Dense(2): class 0 sums the top-left
-    2x2 block, class 1 is half the sum of the bottom-right 2x2 block.
-
-    On a constant image of 100, logits are [400, 200]: class 0 is the top-1, and its
-    guided (and vanilla) map is 1 on the top-left block, 0 elsewhere.
-    """
+    """The model of :func:`tests.models.corner_cnn` (class 0 is the top-left block) and
+    labels; images "on" and "sub/off" (constant 100) with masks that do and do not
+    cover the top-left block."""
     folder = tmp_path_factory.mktemp("evaluate")
-    inputs = keras.Input((8, 8, 1))
-    conv = keras.layers.Conv2D(1, 1, activation="relu")
-    dense = keras.layers.Dense(2, use_bias=False)
-    model = keras.Model(inputs, dense(keras.layers.Flatten()(conv(inputs))))
-    conv.set_weights([np.ones((1, 1, 1, 1), np.float32), np.zeros(1, np.float32)])
-    weights = np.zeros((8, 8, 2), np.float32)
-    weights[:2, :2, 0] = 1.0
-    weights[6:, 6:, 1] = 0.5
-    dense.set_weights([weights.reshape(64, 2)])
-    model.save(folder / "m.keras")
+    corner_cnn().save(folder / "m.keras")
     (folder / "labels.txt").write_text("corner\nfar\n")
     images, masks = folder / "images", folder / "masks"
     (images / "sub").mkdir(parents=True)
@@ -49,9 +37,8 @@ def setup(tmp_path_factory):
 
 
 def evaluate(setup, *args):
-    return CliRunner().invoke(main, ["evaluate", str(setup / "m.keras"), str(setup / "images"),
-                                     "--masks", str(setup / "masks"), "--labels",
-                                     str(setup / "labels.txt"), "--json", *args])
+    return run_cli("evaluate", setup / "m.keras", setup / "images", "--masks", setup / "masks",
+                   "--labels", setup / "labels.txt", "--json", *args)
 
 
 def test_pointing_game_and_energy(setup):
@@ -76,9 +63,8 @@ def test_tolerance_is_a_distance_in_pixels(setup):
 
 
 def test_table_output(setup):
-    result = CliRunner().invoke(main, ["evaluate", str(setup / "m.keras"), str(setup / "images"),
-                                       "--masks", str(setup / "masks"), "--method", "guided",
-                                       "--tolerance", "2"])
+    result = run_cli("evaluate", setup / "m.keras", setup / "images", "--masks", setup / "masks",
+                     "--method", "guided", "--tolerance", "2")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[2].startswith("pointing game (within 2 px)")
@@ -88,12 +74,11 @@ def test_table_output(setup):
 
 def test_missing_mask_and_usage_errors(setup, tmp_path):
     (tmp_path / "extra.png").write_bytes((setup / "images" / "on.png").read_bytes())
-    result = CliRunner().invoke(main, ["evaluate", str(setup / "m.keras"), str(tmp_path),
-                                       "--masks", str(setup / "masks")])
+    result = run_cli("evaluate", setup / "m.keras", tmp_path, "--masks", setup / "masks")
     assert result.exit_code == 2 and "no mask in" in result.output and "extra.png" in result.output
-    result = CliRunner().invoke(main, ["evaluate", str(setup / "m.keras")])
+    result = run_cli("evaluate", setup / "m.keras")
     assert result.exit_code == 2 and "--shapes N" in result.output
-    result = CliRunner().invoke(main, ["evaluate", str(setup / "m.keras"), str(tmp_path)])
+    result = run_cli("evaluate", setup / "m.keras", tmp_path)
     assert result.exit_code == 2 and "need --masks" in result.output
 
 
@@ -107,9 +92,9 @@ def test_synthetic_samples_explain_the_asked_object():
         (True, scenes.distractor_masks, scenes.masks, scenes.distractor_labels),
     ):
         samples = _synthetic(3, 11, True, explain_distractor)
-        for index, (_, picture, sample_mask, label, sample_other) in enumerate(samples):
-            np.testing.assert_array_equal(picture, scenes.images[index])
-            np.testing.assert_array_equal(sample_mask, mask[index])
-            np.testing.assert_array_equal(sample_other, other[index])
-            assert label == labels[index]
-    assert all(other is None for *_, other in _synthetic(2, 11, False))
+        for index, sample in enumerate(samples):
+            np.testing.assert_array_equal(sample.picture, scenes.images[index])
+            np.testing.assert_array_equal(sample.mask, mask[index])
+            np.testing.assert_array_equal(sample.other_mask, other[index])
+            assert sample.label == labels[index]
+    assert all(sample.other_mask is None for sample in _synthetic(2, 11, False))

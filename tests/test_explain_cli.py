@@ -23,17 +23,17 @@ from types import SimpleNamespace
 import keras
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from PIL import Image
 
 from guidedbp import Explainer
-from guidedbp.cli import main
 from guidedbp.io.images import decode_image
 from guidedbp.io.manifest import read_manifest
 from guidedbp.models.preprocess import fit, preprocess
 from guidedbp.render import PANEL_GAP, RENDERS, render
 
-from .imagetree import EMPTY, NOT_IMAGE, make_flat, make_tree, noise, reason_matches, snapshot
+from .helpers import assert_one_line_error, run_cli, tinted_noise
+from .imagetree import EMPTY, NOT_IMAGE, make_flat, make_tree, reason_matches, snapshot
+from .models import colour_cnn
 
 LABELS = ["cat", "dog", "bird"]
 ALL_RENDERS = ",".join(RENDERS)
@@ -67,24 +67,6 @@ TREE_STEMS = {
 # -- fixtures and helpers --------------------------------------------------------------------
 
 
-def _cnn(shape) -> keras.Model:
-    """Seeded weights, plus a pull of filter k and class k towards colour channel k,
-    so that images of different colour balance rank the classes differently."""
-    keras.utils.set_random_seed(1234)
-    conv = keras.layers.Conv2D(4, 3, activation="relu")
-    dense = keras.layers.Dense(3, activation="softmax")
-    model = keras.Sequential([keras.Input(shape), keras.layers.Rescaling(1 / 255), conv,
-                              keras.layers.GlobalAveragePooling2D(), dense])
-    kernel, bias = conv.get_weights()
-    for channel in range(3):
-        kernel[:, :, channel, channel] += 0.3
-    conv.set_weights([kernel, bias])
-    weights, bias = dense.get_weights()
-    weights[:3] += 8 * (np.eye(3) - 1 / 3)
-    dense.set_weights([weights, bias])
-    return model
-
-
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("explain")
@@ -94,7 +76,7 @@ def workspace(tmp_path_factory) -> Path:
 def tiny(workspace):
     """The module's model: .keras path, labels file, and the model loaded back."""
     path = workspace / "tiny.keras"
-    _cnn((16, 16, 3)).save(path)
+    colour_cnn((16, 16, 3)).save(path)
     labels = workspace / "labels.txt"
     labels.write_text("\n".join(LABELS) + "\n")
     model = keras.models.load_model(path)
@@ -106,7 +88,7 @@ def tiny(workspace):
 def free(workspace):
     """The same network with free height and width."""
     path = workspace / "free.keras"
-    _cnn((None, None, 3)).save(path)
+    colour_cnn((None, None, 3)).save(path)
     model = keras.models.load_model(path)
     return SimpleNamespace(path=str(path), model=model, explainer=Explainer(model))
 
@@ -118,7 +100,7 @@ def tree(workspace):
 
 def explain(*args: str):
     """Run ``guidedbp explain ARGS`` in-process; stdout and stderr are kept apart."""
-    return CliRunner().invoke(main, ["explain", *map(str, args)])
+    return run_cli("explain", *args)
 
 
 def records_of(out: Path) -> list[dict]:
@@ -146,15 +128,6 @@ def load_png(path: Path) -> Image.Image:
 
 def stderr_lines(result) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.strip()]
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, result.output
-    lines = stderr_lines(result)
-    assert len(lines) == 1 and lines[0].startswith("Error: "), lines
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0]
 
 
 # -- one run over the whole tree ---------------------------------------------------------------
@@ -309,8 +282,8 @@ def test_default_output_folder_is_guidedbp_out(tree, tiny, tmp_path, monkeypatch
 def test_output_folder_inside_the_input_is_not_taken_as_input(tiny, tmp_path):
     photos = tmp_path / "photos"
     (photos / "sub").mkdir(parents=True)
-    Image.fromarray(noise(12, 12, 1)).save(photos / "x.png")
-    Image.fromarray(noise(10, 14, 2)).save(photos / "sub" / "y.png")
+    Image.fromarray(tinted_noise(12, 12, seed=1)).save(photos / "x.png")
+    Image.fromarray(tinted_noise(10, 14, seed=2)).save(photos / "sub" / "y.png")
     (photos / "notes.txt").write_text("hi")
     before = snapshot(photos)
     maps = photos / "maps"
@@ -446,7 +419,7 @@ def test_top_k_beyond_the_class_count_gives_every_class(tree, tiny, tmp_path):
 def test_top_k_never_repeats_a_class_when_probabilities_tie(tree, tmp_path):
     # Logits (0, 2e-8, -5): class 1 has the larger logit, but in float32 softmax
     # classes 0 and 1 get exactly the same probability.
-    model = _cnn((16, 16, 3))
+    model = colour_cnn((16, 16, 3))
     dense = model.layers[-1]
     dense.set_weights([np.zeros((4, 3), np.float32), np.array([0, 2e-8, -5], np.float32)])
     probabilities = model.predict(model_input(tree.path("top.png")).x[None], verbose=0)[0]
@@ -528,7 +501,7 @@ def test_folder_without_images(tiny, tmp_path):
 
 
 def test_help_documents_the_exit_codes():
-    result = CliRunner().invoke(main, ["explain", "--help"])
+    result = run_cli("explain", "--help")
     assert result.exit_code == 0
     text = " ".join(result.output.split())
     assert "Exit codes: 0 every input explained (or skipped), 1 some inputs failed" in text
@@ -597,7 +570,7 @@ def test_skip_existing_resumes_without_rewriting(tree, tiny, tmp_path):
 
 def test_free_size_model_sees_each_image_at_its_own_size(tree, free, tmp_path):
     tiny_image = tmp_path / "one.png"
-    Image.fromarray(noise(1, 1, 3)).save(tiny_image)
+    Image.fromarray(tinted_noise(1, 1, seed=3)).save(tiny_image)
     names = ["a/cat.jpg", "mixed/sixteen.png", "formats/pic.webp"]
     result = explain(free.path, *[tree.path(n) for n in names], tiny_image, "-o", tmp_path / "o",
                      "--raw", "--render", "color,panel")
@@ -619,7 +592,7 @@ def test_free_size_model_sees_each_image_at_its_own_size(tree, free, tmp_path):
 
 def test_free_size_model_with_size_option(tree, free, tmp_path):
     tiny_image = tmp_path / "one.png"
-    Image.fromarray(noise(1, 1, 3)).save(tiny_image)
+    Image.fromarray(tinted_noise(1, 1, seed=3)).save(tiny_image)
     names = [tree.path("a/cat.jpg"), str(tiny_image)]
     result = explain(free.path, *names, "-o", tmp_path / "o", "--raw", "--size", "8x8")
     assert result.exit_code == 0, result.output

@@ -12,12 +12,9 @@ from PIL import Image, ImageFile
 
 from guidedbp.io.images import IMAGE_EXTENSIONS, ImageError, decode_image, is_image_path
 
+from .helpers import noise
+
 RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
-
-
-def noise(height: int, width: int, channels: int = 3, seed: int = 0) -> np.ndarray:
-    shape = (height, width, channels) if channels > 1 else (height, width)
-    return np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
 
 
 def solid(size: tuple[int, int], colour, mode: str = "RGB") -> Image.Image:

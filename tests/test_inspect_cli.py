@@ -7,22 +7,21 @@ import sys
 import tempfile
 from pathlib import Path
 
-import keras
 import pytest
-from click.testing import CliRunner
 
-from guidedbp.cli import main
+from .helpers import run_cli
+from .models import gelu_cnn, mixed_relu_cnn, sigmoid_cnn
 
 REPO = Path(__file__).resolve().parents[1]
 RESCALING_NOTE = (
     "no Rescaling/Normalization layer at the input: if the model was trained on scaled "
-    "pixels, pass --preprocess scale01|tf|caffe|torch"
+    "pixels, pass --preprocess MODE (scale01, tf, caffe or torch)"
 )
 PLAIN_GRADIENT_NOTE = "no ReLU-family op: guided backprop equals the plain gradient for this model"
 
 
 def inspect(*args):
-    result = CliRunner().invoke(main, ["inspect", *map(str, args)])
+    result = run_cli("inspect", *args)
     assert result.exit_code == 0, (result.stderr, result.exception)
     assert result.stderr == ""
     return result.stdout
@@ -49,28 +48,9 @@ def fields(text: str) -> dict:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     folder = tmp_path_factory.mktemp("inspect")
-
-    # Two Relu (a fused activation and a ReLU layer), one Relu6, a LeakyReLU, softmax head.
-    inputs = keras.Input((8, 8, 3))
-    x = keras.layers.Conv2D(4, 3, activation="relu")(inputs)
-    x = keras.layers.ReLU()(keras.layers.Conv2D(4, 3)(x))
-    x = keras.layers.ReLU(max_value=6.0)(keras.layers.Conv2D(4, 1)(x))
-    x = keras.layers.LeakyReLU(negative_slope=0.1)(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x)).save(folder / "mix.keras")
-
-    # GELU only, free spatial size, no head.
-    inputs = keras.Input((None, None, 1))
-    x = keras.layers.Conv2D(4, 3, activation="gelu")(inputs)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    keras.Model(inputs, keras.layers.Dense(2)(x)).save(folder / "gelu.keras")
-
-    # Rescales inside; one sigmoid unit (two classes: z and -z).
-    inputs = keras.Input((6, 6, 1))
-    x = keras.layers.Rescaling(1 / 255)(inputs)
-    x = keras.layers.Flatten()(keras.layers.Conv2D(2, 3, activation="relu")(x))
-    outputs = keras.layers.Dense(1, activation="sigmoid")(x)
-    keras.Model(inputs, outputs).save(folder / "sigmoid.keras")
+    mixed_relu_cnn().save(folder / "mix.keras")  # Relu x2, Relu6, LeakyReLU, softmax head
+    gelu_cnn().save(folder / "gelu.keras")  # GELU only, free spatial size, no head
+    sigmoid_cnn().save(folder / "sigmoid.keras")  # rescales inside; one sigmoid unit
 
     (folder / "three.txt").write_text("cat\ndog\nbird\n")
     (folder / "four.json").write_text('["cat", "dog", "bird", "fish"]')
@@ -176,13 +156,13 @@ def test_labels_preprocess_and_resize_options(models):
                    "--resize", "crop")
     described = fields(text)
     assert described["labels"] == str(labels)
-    assert described["preprocess"] == "tf (--preprocess)"
+    assert described["preprocess"] == "tf (set by --preprocess tf)"
     assert described["resize"] == "crop to 8x8"
     assert text.endswith("class names:\n     0  cat\n     1  dog\n     2  bird\n")
 
     info = inspect_json(models / "mix.keras", "--labels", labels, "--preprocess", "caffe")
     assert (info["labels"], info["labels_source"]) == (["cat", "dog", "bird"], str(labels))
-    assert (info["preprocess"], info["preprocess_source"]) == ("caffe", "--preprocess")
+    assert (info["preprocess"], info["preprocess_source"]) == ("caffe", "set by --preprocess caffe")
 
 
 def test_labels_that_do_not_match_the_classes_are_noted(models):
@@ -197,7 +177,7 @@ def test_labels_that_do_not_match_the_classes_are_noted(models):
     (["--labels", "no_such_labels.txt"], "does not exist"),
 ])
 def test_bad_options_are_usage_errors(models, args, message):
-    result = CliRunner().invoke(main, ["inspect", str(models / "mix.keras"), *args])
+    result = run_cli("inspect", models / "mix.keras", *args)
     assert result.exit_code == 2
     assert message in result.stderr and "Traceback" not in result.stderr
 

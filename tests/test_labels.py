@@ -277,7 +277,7 @@ def test_name_without_labels():
     with pytest.raises(ClassNameError) as caught:
         resolve_class("cat", None, 10)
     message = str(caught.value)
-    assert "no class names" in message and "`--labels FILE`" in message
+    assert "no class names" in message and "labels=FILE" in message
     assert "index 0..9" in message
 
 

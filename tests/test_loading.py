@@ -5,8 +5,11 @@ import TensorFlow) start in the background when the module starts and are read b
 the tests that need them.
 """
 
+import ast
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -23,7 +26,11 @@ from click.testing import CliRunner
 
 from guidedbp import Explainer, ModelLoadError, load_model
 from guidedbp.cli import main
-from guidedbp.models.loading import FrozenGraph, LoadedModel
+from guidedbp.errors import GuidedbpError
+from guidedbp.models.frozen import FrozenGraph
+from guidedbp.models.loading import LoadedModel
+
+from .helpers import assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGES = np.random.default_rng(7).uniform(0, 255, (3, 8, 8, 3)).astype(np.float32)
@@ -36,18 +43,6 @@ def relative_error(actual, expected) -> float:
 
 def cli(*args):
     return CliRunner().invoke(main, [str(arg) for arg in args])
-
-
-def assert_one_line_error(result, *fragments):
-    """An expected failure through the CLI: exit 2, one 'Error:' line, no traceback."""
-    assert result.exit_code == 2, (result.exit_code, result.stderr, result.exception)
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 # -- background subprocesses ----------------------------------------------------------------
@@ -390,7 +385,7 @@ def test_two_outputs_need_output_key(signatures):
     with pytest.raises(ModelLoadError) as caught:
         load_model(signatures)
     assert str(caught.value) == (
-        f"{str(signatures)!r} has 2 outputs (embedding, logits): choose one with --output-key"
+        f"{str(signatures)!r} has 2 outputs (embedding, logits): choose one with output_key=KEY"
     )
 
 
@@ -427,7 +422,7 @@ def test_signature_chooses_the_function(signatures):
 
 
 def test_two_inputs_need_input_key_and_refuse_an_unfed_one(signatures):
-    expected = r"2 inputs \(image, mask\): choose one with --input-key"
+    expected = r"2 inputs \(image, mask\): choose one with input_key=KEY"
     with pytest.raises(ModelLoadError, match=expected):
         load_model(signatures, signature="two_inputs", output_key="logits")
     # 'masked' depends on the mask too, which guidedbp has no value for.
@@ -438,6 +433,48 @@ def test_two_inputs_need_input_key_and_refuse_an_unfed_one(signatures):
     # 'logits' needs only the image: the mask is never fed.
     loaded = load_model(signatures, signature="two_inputs", input_key="image", output_key="logits")
     np.testing.assert_allclose(Explainer(loaded)(SMALL, 0), expected_map(np.eye(3)[0]), rtol=1e-5)
+
+
+def tripled_kernel(graph: FrozenGraph) -> str:
+    """The name of W's frozen constant in the 'tripled' signature's graph."""
+    (name,) = [node.name for node in graph.graph_def.node if node.op == "Const"
+               and [d.size for d in node.attr["value"].tensor.tensor_shape.dim] == [12, 3]]
+    return name
+
+
+def test_frozen_graph_weights_are_replaced_in_a_new_graph(signatures):
+    graph = load_model(signatures, signature="tripled").model
+    original_bytes = graph.graph_def.SerializeToString()
+    expected = 3.0 * np.maximum(SMALL.reshape(1, 12) @ W, 0)
+    np.testing.assert_allclose(np.asarray(graph(SMALL)), expected, rtol=1e-5)
+    name = tripled_kernel(graph)
+    assert name not in graph.weights  # 36 elements: too small to be lifted at load time
+
+    lifted = graph.with_lifted([name])
+    assert lifted is not graph and lifted.graph_def is not graph.graph_def
+    np.testing.assert_array_equal(lifted.weights[name].numpy(), W)
+    np.testing.assert_allclose(np.asarray(lifted(SMALL)), expected, rtol=1e-5)
+
+    doubled = lifted.with_weights({name: 2.0 * W})
+    assert doubled.graph_def is lifted.graph_def  # shared, never changed
+    np.testing.assert_allclose(np.asarray(doubled(SMALL)), 2.0 * expected, rtol=1e-5)
+    # Neither graph it came from changed: same outputs, same weights, same GraphDef.
+    np.testing.assert_allclose(np.asarray(lifted(SMALL)), expected, rtol=1e-5)
+    np.testing.assert_array_equal(lifted.weights[name].numpy(), W)
+    np.testing.assert_allclose(np.asarray(graph(SMALL)), expected, rtol=1e-5)
+    assert graph.graph_def.SerializeToString() == original_bytes and name not in graph.weights
+    # A guided map through the replaced weight: the gradient follows 2 * W.
+    np.testing.assert_allclose(Explainer(doubled)(SMALL, 2),
+                               2.0 * expected_map(3.0 * np.eye(3)[2]), rtol=1e-5)
+
+    with pytest.raises(TypeError):
+        lifted.weights[name] = tf.constant(W)  # read-only view
+    with pytest.raises(KeyError, match="lift it first"):
+        graph.with_weights({name: W})
+    with pytest.raises(ValueError, match=r"has shape \(12, 3\), got \(3, 12\)"):
+        lifted.with_weights({name: W.T})
+    with pytest.raises(KeyError, match="not constants of this graph: nowhere"):
+        graph.with_lifted(["nowhere"])
 
 
 def test_cli_signature_options(signatures):
@@ -467,7 +504,8 @@ def test_lambda_layer_is_refused_unless_unsafe(lambda_model):
     with pytest.raises(ModelLoadError) as caught:
         load_model(path)
     message = str(caught.value)
-    assert "Lambda" in message and "--unsafe-deserialization" in message and "\n" not in message
+    assert "Lambda" in message and "unsafe_deserialization=True" in message
+    assert "--" not in message and "\n" not in message
     loaded = load_model(path, unsafe_deserialization=True)
     np.testing.assert_allclose(np.asarray(loaded(tf.constant(PROBE))), model(PROBE), rtol=1e-6)
 
@@ -492,7 +530,8 @@ def test_custom_objects_file_makes_custom_classes_loadable(custom, case):
     with pytest.raises(ModelLoadError) as caught:
         load_model(files["model"])
     message = str(caught.value)
-    assert "--custom-objects" in message and files["tag"] in message and "\n" not in message
+    assert "custom_objects=FILE_OR_MODULE" in message and files["tag"] in message
+    assert "--" not in message and "\n" not in message
 
     loaded = load_model(files["model"], custom_objects=str(files["layers"]))
     kinds = [type(layer).__name__ for layer in loaded.model.layers]
@@ -604,7 +643,7 @@ def test_keras_application_by_lowercase_name(mobilenet):
     assert len(loaded.labels) == 1000
     assert (loaded.labels[0], loaded.labels[999]) == ("tench", "toilet tissue")
     assert "ImageNet" in loaded.labels_source
-    assert any("random weights" in note for note in loaded.notes)
+    assert any("random weights (weights='none')" in note for note in loaded.notes)
 
 
 def test_weights_path_loads_those_weights(mobilenet):
@@ -647,9 +686,10 @@ def test_file_preprocessing_defaults_to_none_and_can_be_overridden(formats):
     assert (default.preprocess, default.preprocess_source) == (
         "none", "default for model files (raw 0-255 pixels)"
     )
-    assert any("no Rescaling/Normalization layer" in note for note in default.notes)
+    (note,) = [note for note in default.notes if "no Rescaling/Normalization layer" in note]
+    assert note.endswith("pass preprocess=MODE (scale01, tf, caffe or torch)")
     chosen = load_model(paths["export"], preprocess="caffe")
-    assert (chosen.preprocess, chosen.preprocess_source) == ("caffe", "--preprocess")
+    assert (chosen.preprocess, chosen.preprocess_source) == ("caffe", "set by preprocess='caffe'")
     with pytest.raises(ModelLoadError, match="unknown preprocessing 'imagenet': choose one of"):
         load_model(paths["keras"], preprocess="imagenet")
 
@@ -695,9 +735,8 @@ def test_zip_that_is_not_a_keras_archive(tmp_path):
         load_model(path)
 
 
-
 def test_custom_objects_file_may_import_its_neighbours(tmp_path):
-    from guidedbp.models.loading import _import_custom_objects
+    from guidedbp.models.keras_files import import_custom_objects
 
     (tmp_path / "neighbour_scale_7f3.py").write_text("SCALE = 3.0\n")
     (tmp_path / "layers_7f3.py").write_text(
@@ -708,7 +747,88 @@ def test_custom_objects_file_may_import_its_neighbours(tmp_path):
         "        return inputs * SCALE\n"
     )
     before = list(sys.path)
-    objects = _import_custom_objects(str(tmp_path / "layers_7f3.py"))
+    objects = import_custom_objects(str(tmp_path / "layers_7f3.py"))
     assert sys.path == before  # the folder was on the path only while importing
     layer = objects["Scaled7f3"]()
     assert float(layer(np.ones((1, 1), np.float32))[0, 0]) == 3.0
+
+
+# -- errors speak the library's parameters, not the CLI's flags ---------------------------
+
+# What the CLI translates into its flags: `name=True` -> `--name`, `name=VALUE` -> `--name VALUE`.
+PARAMETER = re.compile(r"\b([a-z][a-z0-9_]*)=('[^']*'|\S+)")
+
+
+def test_errors_and_notes_name_load_model_parameters(signatures, lambda_model, formats, tmp_path,
+                                                    mobilenet):
+    model, paths = formats
+    weights_only = tmp_path / "cnn.weights.h5"
+    model.save_weights(weights_only)
+    messages = {}
+    for case, spec, kwargs in [
+        ("output_key", signatures, {}),
+        ("input_key", signatures, {"signature": "two_inputs", "output_key": "logits"}),
+        ("unsafe_deserialization", lambda_model[1], {}),
+        ("weights", weights_only, {}),
+    ]:
+        with pytest.raises(ModelLoadError) as caught:
+            load_model(spec, **kwargs)
+        messages[case] = str(caught.value)
+    (messages["preprocess"],) = load_model(paths["keras"]).notes
+    (messages["weights='none'"],) = mobilenet[0].notes
+    expected = {
+        "output_key": [("output_key", "KEY")],
+        "input_key": [("input_key", "KEY")],
+        "unsafe_deserialization": [("unsafe_deserialization", "True")],
+        "weights": [("weights", "PATH")],
+        "preprocess": [("preprocess", "MODE")],
+        "weights='none'": [("weights", "'none'")],
+    }
+    parameters = set(inspect.signature(load_model).parameters)
+    for case, message in messages.items():
+        assert "--" not in message and "\n" not in message, message
+        assert PARAMETER.findall(message) == expected[case], message
+        assert {name for name, _ in PARAMETER.findall(message)} <= parameters
+
+
+def test_error_classes():
+    from guidedbp.models import loading
+    from guidedbp.models.labels import ClassNameError
+
+    assert loading.ModelLoadError is ModelLoadError
+    assert issubclass(ModelLoadError, GuidedbpError)
+    assert issubclass(ClassNameError, GuidedbpError) and issubclass(ClassNameError, ValueError)
+    assert loading.FrozenGraph is FrozenGraph and loading.constant_to_placeholder
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every guidedbp module a file imports, at the top or inside functions."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in names if name.startswith("guidedbp")}
+
+
+def test_models_import_one_way():
+    folder = REPO / "guidedbp" / "models"
+    imports = {f"guidedbp.models.{path.stem}": imported_modules(path)
+               for path in folder.glob("*.py") if path.stem != "__init__"}
+    for module, names in imports.items():
+        outside = {n for n in names if n.split(".")[1] in ("engine", "cli", "checks", "pipeline")}
+        assert not outside, (module, outside)
+        if module != "guidedbp.models.loading":
+            assert "guidedbp.models.loading" not in names, module
+    # Data flows one way: no module reaches itself through the modules it imports.
+    for start in imports:
+        reached, pending = set(), list(imports[start] & set(imports))
+        while pending:
+            module = pending.pop()
+            if module not in reached:
+                reached.add(module)
+                pending.extend(imports[module] & set(imports))
+        assert start not in reached, start
+    assert imported_modules(REPO / "guidedbp" / "errors.py") == set()

@@ -17,11 +17,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guidedbp.cli import main
 from guidedbp.io.inputs import InputItem, collect_inputs
 from guidedbp.io.manifest import read_manifest
 from guidedbp.io.shard import (
@@ -33,18 +31,15 @@ from guidedbp.io.shard import (
     shard_of,
 )
 
+from .helpers import run_cli
 from .imagetree import make_tree, snapshot
-from .test_explain_cli import _cnn
+from .models import colour_cnn
 
 # Ray Data's own deprecation notices about its defaults, not about guidedbp's calls.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
 
 # One run's options, shared by every engine and shard below: every render, raw maps.
 OPTIONS = ("--raw", "--render", "color,gray,heatmap,overlay,panel", "--batch-size", "4", "-q")
-
-
-def run(*args: str):
-    return CliRunner().invoke(main, [*map(str, args)])
 
 
 def digests(out: Path) -> dict[str, str]:
@@ -66,7 +61,7 @@ def tree(workspace):
 @pytest.fixture(scope="module")
 def model(workspace) -> str:
     path = workspace / "tiny.keras"
-    _cnn((16, 16, 3)).save(path)
+    colour_cnn((16, 16, 3)).save(path)
     return str(path)
 
 
@@ -74,7 +69,7 @@ def model(workspace) -> str:
 def local(workspace, tree, model):
     """The reference: one unsharded run of the local engine over the whole tree."""
     out = workspace / "local"
-    result = run("explain", model, tree.root, "-o", out, *OPTIONS)
+    result = run_cli("explain", model, tree.root, "-o", out, *OPTIONS)
     assert result.exit_code == 1, result.output  # the tree's bad files fail
     return SimpleNamespace(out=out, records=read_manifest(out / "manifest.jsonl"),
                            manifest=(out / "manifest.jsonl").read_bytes(), files=digests(out))
@@ -120,7 +115,7 @@ def test_parse_shard_refuses(text):
 
 @pytest.mark.parametrize("value", ["4/4", "x", "2/1"])
 def test_shard_option_is_validated(tree, model, tmp_path, value):
-    result = run("explain", model, tree.root, "-o", tmp_path, "--shard", value)
+    result = run_cli("explain", model, tree.root, "-o", tmp_path, "--shard", value)
     assert result.exit_code == 2
     assert "Invalid value for '--shard'" in result.output
     assert "K counts from 0" in result.output
@@ -138,7 +133,7 @@ def test_merge_keeps_shard_then_line_order(tmp_path):
     write_shard(tmp_path, 1, 3, ["c", "a"])
     write_shard(tmp_path, 0, 3, ["b"])
     write_shard(tmp_path, 2, 3, [])  # an empty shard is a shard
-    result = run("merge-manifests", tmp_path)
+    result = run_cli("merge-manifests", tmp_path)
     assert result.exit_code == 0, result.output
     assert [r["input"] for r in read_manifest(tmp_path / "manifest.jsonl")] == ["b", "c", "a"]
     assert "3 records from 3 shards" in result.output
@@ -147,7 +142,7 @@ def test_merge_keeps_shard_then_line_order(tmp_path):
 def test_merge_refuses_missing_shards(tmp_path):
     for index in (0, 1, 3):
         write_shard(tmp_path, index, 4, [str(index)])
-    result = run("merge-manifests", tmp_path)
+    result = run_cli("merge-manifests", tmp_path)
     assert result.exit_code == 2
     assert "found shards 0,1,3 of 4: missing 2" in result.output
     assert not (tmp_path / "manifest.jsonl").exists()
@@ -176,10 +171,10 @@ def test_merge_refuses_mixed_runs_and_empty_folders(tmp_path):
 
 def run_shards(model, tree, out: Path, count: int, *extra: str) -> None:
     for index in range(count):
-        result = run("explain", model, tree.root, "-o", out, *OPTIONS, "--shard",
-                     f"{index}/{count}", *extra)
+        result = run_cli("explain", model, tree.root, "-o", out, *OPTIONS, "--shard",
+                         f"{index}/{count}", *extra)
         assert result.exit_code in (0, 1), result.output
-    merged = run("merge-manifests", out)
+    merged = run_cli("merge-manifests", out)
     assert merged.exit_code == 0, merged.output
 
 
@@ -200,7 +195,7 @@ def test_all_shards_merged_equal_one_unsharded_run(local, model, tree, tmp_path,
 
 def test_a_shard_writes_only_its_own_inputs(local, model, tree, tmp_path):
     stems = {r["input"]: r for r in local.records}
-    result = run("explain", model, tree.root, "-o", tmp_path, *OPTIONS, "--shard", "1/2")
+    result = run_cli("explain", model, tree.root, "-o", tmp_path, *OPTIONS, "--shard", "1/2")
     assert result.exit_code in (0, 1), result.output
     shard = read_manifest(tmp_path / "manifest-1-of-2.jsonl")
     assert not (tmp_path / "manifest.jsonl").exists()
@@ -224,8 +219,8 @@ def ray_cluster():
 
 
 def test_ray_engine_writes_the_local_engines_bytes(ray_cluster, local, model, tree, tmp_path):
-    result = run("explain", model, tree.root, "-o", tmp_path, *OPTIONS, "--engine", "ray",
-                 "--workers", "2")
+    result = run_cli("explain", model, tree.root, "-o", tmp_path, *OPTIONS, "--engine", "ray",
+                     "--workers", "2")
     assert result.exit_code == 1, result.output  # bad inputs fail as locally; the run goes on
     assert digests(tmp_path) == local.files
     assert read_manifest(tmp_path / "manifest.jsonl") == local.records  # input order too
@@ -243,22 +238,22 @@ def test_ray_engine_with_shards(ray_cluster, local, model, tree, tmp_path):
 
 def test_ray_engine_summary_matches_the_local_one(ray_cluster, model, tree, tmp_path):
     args = ("explain", model, tree.path("a/cat.jpg"), tree.path("bad/empty.jpg"))
-    local_run = run(*args, "-o", tmp_path / "l")
-    ray_run = run(*args, "-o", tmp_path / "r", "--engine", "ray", "--workers", "1")
+    local_run = run_cli(*args, "-o", tmp_path / "l")
+    ray_run = run_cli(*args, "-o", tmp_path / "r", "--engine", "ray", "--workers", "1")
     assert (local_run.exit_code, ray_run.exit_code) == (1, 1)
     assert ray_run.stderr.splitlines()[0].startswith("1 explained, 1 failed in ")
     assert ray_run.stderr.splitlines()[1:] == local_run.stderr.splitlines()[1:]
 
 
 def test_ray_engine_refuses_fail_fast(model, tree, tmp_path):
-    result = run("explain", model, tree.root, "-o", tmp_path, "--engine", "ray", "--fail-fast")
+    result = run_cli("explain", model, tree.root, "-o", tmp_path, "--engine", "ray", "--fail-fast")
     assert result.exit_code == 2
     assert "--fail-fast works with --engine local only" in result.output
 
 
 def test_ray_engine_without_ray_says_how_to_install(model, tree, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
-    result = run("explain", model, tree.root, "-o", tmp_path, "--engine", "ray")
+    result = run_cli("explain", model, tree.root, "-o", tmp_path, "--engine", "ray")
     assert result.exit_code == 2
     assert result.stderr.strip() == "Error: --engine ray needs Ray: pip install guidedbp[ray]"
     assert not any(tmp_path.iterdir())

@@ -7,8 +7,9 @@ network. (Their finding for guided backprop: its maps change little under this t
 
 The user's model is never touched: Keras models are cloned (``clone_model``, then
 the original's weights copied in) and the clone's variables re-drawn, one layer
-more at each step; SavedModels (:class:`~guidedbp.models.loading.FrozenGraph`) get a
-new graph object per step that shares nothing mutable with the original.
+more at each step; SavedModels (:class:`~guidedbp.models.frozen.FrozenGraph`) get a
+new graph per step (:meth:`~guidedbp.models.frozen.FrozenGraph.with_weights`); a
+frozen graph is never changed.
 
 A step re-draws one weighted layer: a layer with a kernel (dense, convolution).
 Each of its trainable tensors (Keras: kernel and bias; SavedModels: the kernel) takes
@@ -18,7 +19,6 @@ so the network keeps its scale and stays finite.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 
 import numpy as np
@@ -32,7 +32,7 @@ def cascade(model, steps: int, seed: int = 0) -> Iterator[tuple[str, object]]:
     """Randomized copies of ``model``: top weighted layer first, one more each step.
 
     Args:
-        model: A ``keras.Model`` or a :class:`~guidedbp.models.loading.FrozenGraph`.
+        model: A ``keras.Model`` or a :class:`~guidedbp.models.frozen.FrozenGraph`.
         steps: At most this many steps (fewer when the model has fewer weighted layers).
         seed: Seeds the random weights.
 
@@ -44,7 +44,7 @@ def cascade(model, steps: int, seed: int = 0) -> Iterator[tuple[str, object]]:
     Raises:
         CannotCopy: For a model that cannot be copied or has no weights to re-draw.
     """
-    from guidedbp.models.loading import FrozenGraph
+    from guidedbp.models.frozen import FrozenGraph
 
     if isinstance(model, FrozenGraph):
         return _frozen_cascade(model, steps, seed)
@@ -113,25 +113,20 @@ def _keras_cascade(model, steps: int, seed: int):
 
 
 def _frozen_cascade(graph, steps: int, seed: int):
-    import tensorflow as tf
-
     kernels = frozen_kernels(graph)
     if not kernels:
         raise CannotCopy("the SavedModel's graph has no kernel (float tensor of rank >= 2)")
     chosen = kernels[:steps]
-    graph_def, values = _lift(graph, [name for name, _ in chosen])
+    # Small kernels are constants inside the GraphDef: make every chosen one a weight.
+    lifted = graph.with_lifted(name for name, _ in chosen)
+    originals = {name: lifted.weights[name].numpy() for name, _ in chosen}
     rng = np.random.default_rng(seed)
 
     def steps_iterator():
-        weights = {name: value for name, value in graph._weights.items()}
-        weights.update({name: tf.constant(value) for name, value in values.items()})
+        redrawn = {}
         for name, label in chosen:
-            weights[name] = tf.constant(_redraw(values[name], rng))
-            randomized = copy.copy(graph)
-            randomized.graph_def = graph_def
-            randomized._weights = dict(weights)
-            randomized._eager_call = None
-            yield label, randomized
+            redrawn[name] = _redraw(originals[name], rng)
+            yield label, lifted.with_weights(redrawn)
 
     return steps_iterator()
 
@@ -143,7 +138,7 @@ def frozen_kernels(graph) -> list[tuple[str, str]]:
     import tensorflow as tf
 
     nodes = list(graph.graph_def.node)
-    lifted = graph._weights
+    lifted = graph.weights
     kernels = []
     for node in nodes:
         if node.name in lifted:
@@ -208,23 +203,3 @@ def _first_use(nodes, input_name: str) -> dict[str, tuple[int, str] | None]:
         use[node.name] = min(met) if met else None
     return use
 
-
-def _lift(graph, names: list[str]):
-    """A copy of the graph's GraphDef where the named constants are placeholders, and
-    the values of all named kernels (lifted ones read from the graph's weights)."""
-    from tensorflow.core.framework import graph_pb2
-
-    from guidedbp.models.loading import constant_to_placeholder
-
-    graph_def = graph_pb2.GraphDef()
-    graph_def.CopyFrom(graph.graph_def)
-    values = {}
-    wanted = set(names)
-    for node in graph_def.node:
-        if node.name not in wanted:
-            continue
-        if node.name in graph._weights:
-            values[node.name] = graph._weights[node.name].numpy()
-            continue
-        values[node.name] = constant_to_placeholder(node)
-    return graph_def, values

@@ -78,7 +78,7 @@ class CheckSession:
     def explainer(self, method: str = "guided"):
         """The engine's explainer for ``method`` on this model, made once."""
         if method not in self._explainers:
-            from guidedbp.engine.explainer import Explainer
+            from guidedbp.api import Explainer
 
             self._explainers[method] = Explainer(
                 self.loaded, method, batch_size=self.settings.batch_size

@@ -1,19 +1,35 @@
 """Options shared by several commands, defined once, and the error policy.
 
-Exit codes: 0 success, 1 failed work (some inputs failed), 2 usage, model or
-load errors. Expected errors print one line; ``--debug`` shows the traceback.
+Defaults and choices come from the library's option dataclasses
+(:class:`~guidedbp.pipeline.options.RunOptions` and its groups): :func:`field_option`
+reads them, so a flag cannot drift from the keyword it sets.
+
+Exit codes: 0 success, 1 failed work (some inputs failed), 2 usage, model or input
+errors, 3 an unexpected internal error (a bug: rerun with ``--debug`` and report
+it), 130 interrupted. Expected errors print one line; ``--debug`` shows the
+traceback. Library messages name Python parameters (``unsafe_deserialization=True``);
+:func:`as_flags` turns them into this command's flags.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
+import warnings
 
 import click
 
 from guidedbp._text import one_line
+from guidedbp.engine.methods import METHODS, as_methods
+from guidedbp.errors import GuidedbpError
 from guidedbp.models.preprocess import PREPROCESS_MODES, RESIZE_MODES
+from guidedbp.pipeline.options import RunOptions
+
+#: Exit code of an unexpected internal error (a bug), distinct from usage errors (2).
+INTERNAL_ERROR = 3
+_DEFAULTS = RunOptions().flat()
 
 
 class UsageFailure(click.ClickException):
@@ -22,19 +38,83 @@ class UsageFailure(click.ClickException):
     exit_code = 2
 
 
+class InternalFailure(click.ClickException):
+    """A bug: one line asking for a report, exit code 3."""
+
+    exit_code = INTERNAL_ERROR
+
+
+def default_of(name: str):
+    """The library default of the explain option with flat name ``name``."""
+    return _DEFAULTS[name]
+
+
+def field_option(name: str, *declarations: str, **kwargs):
+    """A click option for the library option ``name``, with the library's default.
+
+    Tuples become comma lists (``("color", "overlay")`` -> ``color,overlay``).
+    """
+    default = default_of(name)
+    if isinstance(default, tuple) and not kwargs.get("multiple"):
+        default = ",".join(map(str, default))
+    shown = default is not None and default != () and default is not False
+    kwargs.setdefault("show_default", shown)
+    return click.option(*declarations, name, default=default, **kwargs)
+
+
 def parse_methods(ctx, param, value: str) -> tuple[str, ...]:
     """A ``--method`` value: a comma list of guidedbp.METHODS, or ``all``."""
-    from guidedbp import METHODS
-
-    if value.strip().lower() == "all":
-        return METHODS
-    names = tuple(dict.fromkeys(n.strip().lower() for n in value.split(",") if n.strip()))
-    unknown = [n for n in names if n not in METHODS]
-    if unknown or not names:
+    try:
+        return as_methods(value)
+    except ValueError:
+        names = [n.strip().lower() for n in value.split(",") if n.strip()]
+        unknown = [n for n in names if n not in METHODS]
         raise click.BadParameter(
-            f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(METHODS)} or all", ctx, param
-        )
-    return names
+            f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(METHODS)} or all",
+            ctx, param,
+        ) from None
+
+
+def parse_comma_list(choices):
+    """A click callback: a comma list of ``choices``, deduplicated, in order."""
+
+    def parse(ctx, param, value: str) -> tuple[str, ...]:
+        names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+        unknown = [n for n in names if n not in choices]
+        if unknown or not names:
+            raise click.BadParameter(
+                f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(choices)}", ctx, param
+            )
+        return names
+
+    return parse
+
+
+class GroupedCommand(click.Command):
+    """A command whose ``--help`` lists its options in titled groups.
+
+    ``option_groups`` is a list of ``(title, [parameter names])``; options in no
+    group are listed last, under "Other options".
+    """
+
+    def __init__(self, *args, option_groups: list[tuple[str, list[str]]] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.option_groups = list(option_groups)
+
+    def format_options(self, ctx, formatter) -> None:
+        records = {param.name: param.get_help_record(ctx) for param in self.get_params(ctx)
+                   if isinstance(param, click.Option)}
+        listed = set()
+        for title, names in self.option_groups:
+            rows = [records[name] for name in names if records.get(name)]
+            listed.update(names)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        rest = [record for name, record in records.items() if record and name not in listed]
+        if rest:
+            with formatter.section("Other options"):
+                formatter.write_dl(rest)
 
 
 def _parse_size(ctx, param, value):
@@ -54,8 +134,10 @@ def model_options(function):
         click.option("--input-key", default=None,
                      help="SavedModel signature input holding the image, where it has several."),
         click.option("--output-key", default=None,
-                     help="SavedModel signature output holding the class scores, where it has several."),
-        click.option("--weights", default="imagenet", show_default=True, metavar="imagenet|none|PATH",
+                     help="SavedModel signature output holding the class scores, where it "
+                          "has several."),
+        click.option("--weights", default="imagenet", show_default=True,
+                     metavar="imagenet|none|PATH",
                      help="Weights for keras:NAME models. 'none' is a random network: its maps "
                           "are edge maps, not explanations."),
         click.option("--unsafe-deserialization", is_flag=True,
@@ -68,11 +150,10 @@ def model_options(function):
                           "(raw 0-255 pixels, for models with a Rescaling layer inside)."),
         click.option("--labels", type=click.Path(exists=True, dir_okay=False), default=None,
                      help="Class names: text (one per line), JSON list or index->name JSON."),
-        click.option("--size", callback=_parse_size, metavar="HxW", default=None,
+        field_option("size", "--size", callback=_parse_size, metavar="HxW",
                      help="Input size for models with free spatial dimensions "
                           "(default: each image's own size)."),
-        click.option("--resize", type=click.Choice(RESIZE_MODES), default="stretch",
-                     show_default=True,
+        field_option("resize", "--resize", type=click.Choice(RESIZE_MODES),
                      help="How an image is fitted to the model's input size: stretch, "
                           "crop (centre, keeps aspect) or pad (letterbox, keeps aspect)."),
         debug_option,
@@ -84,12 +165,18 @@ def model_options(function):
 
 debug_option = click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 
+batch_size_option = field_option(
+    "batch_size", "--batch-size", type=click.IntRange(min=1),
+    help="Images per engine pass; bounds memory.")
+
+#: The model-loading options, by the keyword of guidedbp.load_model they set.
+LOAD_OPTIONS = ("signature", "input_key", "output_key", "weights", "unsafe_deserialization",
+                "custom_objects", "preprocess", "labels")
+
 
 def load_options(kwargs: dict) -> dict:
     """The keyword arguments of guidedbp.load_model among a command's options."""
-    keys = ("signature", "input_key", "output_key", "weights", "unsafe_deserialization",
-            "custom_objects", "preprocess", "labels")
-    return {key: kwargs[key] for key in keys}
+    return {key: kwargs[key] for key in LOAD_OPTIONS}
 
 
 def import_tensorflow(debug: bool = False) -> None:
@@ -124,31 +211,76 @@ def import_tensorflow(debug: bool = False) -> None:
 
 
 def errors_handled(function):
-    """Turn expected errors into one-line messages with the documented exit codes."""
+    """Turn errors into one-line messages with the documented exit codes.
+
+    Expected errors (:class:`~guidedbp.errors.GuidedbpError` and its kin) exit 2 with
+    their message in the command's own words; anything else is a bug and exits 3.
+    Warnings print as one ``warning: ...`` line each.
+    """
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         debug = kwargs.get("debug", False)
-        from guidedbp.models.labels import ClassNameError
-        from guidedbp.models.loading import ModelLoadError
-
-        try:
-            return function(*args, **kwargs)
-        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
-            raise
-        except (ModelLoadError, ClassNameError) as error:
-            if debug:
+        ctx = click.get_current_context(silent=True)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning(ctx)
+            try:
+                return function(*args, **kwargs)
+            except (click.ClickException, click.exceptions.Exit, click.Abort,
+                    KeyboardInterrupt):
                 raise
-            raise UsageFailure(str(error)) from None
-        except Exception as error:  # unexpected: still one line unless --debug
-            if debug:
-                raise
-            raise UsageFailure(
-                f"{type(error).__name__}: {one_line(error)[:300]} "
-                "(rerun with --debug for the traceback)"
-            ) from None
+            except GuidedbpError as error:
+                if debug:
+                    raise
+                raise UsageFailure(as_flags(one_line(error), ctx)) from None
+            except Exception as error:  # a bug: say so, in one line
+                if debug:
+                    raise
+                raise InternalFailure(
+                    f"internal error: {type(error).__name__}: {one_line(error)[:300]} "
+                    "(a bug in guidedbp: rerun with --debug for the traceback and report it)"
+                ) from None
 
     return wrapper
+
+
+def _show_warning(ctx):
+    """A ``warnings.showwarning`` that prints ``warning: MESSAGE`` in the command's words."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        click.echo(f"warning: {as_flags(one_line(str(message)), ctx)}", err=True)
+
+    return show
+
+
+_PARAMETER = re.compile(r"\b([a-z][a-z0-9_]*)=('[^']*'|\S+)")
+
+
+def as_flags(message: str, ctx=None) -> str:
+    """A library message in the command's words: ``name=VALUE`` -> ``--name VALUE`` for
+    each of the command's options (``name=True`` -> ``--name``).
+
+    >>> import click
+    >>> command = click.Command("x", params=[click.Option(["--unsafe-deserialization"],
+    ...                                                   is_flag=True)])
+    >>> as_flags("pass unsafe_deserialization=True to allow it",
+    ...          click.Context(command))
+    'pass --unsafe-deserialization to allow it'
+    """
+    if ctx is None:
+        return message
+    flags = {param.name: param.opts[0] for param in ctx.command.params
+             if isinstance(param, click.Option) and param.opts[0].startswith("--")}
+
+    def replace(match: re.Match) -> str:
+        name, value = match.group(1), match.group(2)
+        if name not in flags:
+            return match.group(0)
+        if value == "True":
+            return flags[name]
+        return f"{flags[name]} {value.strip(chr(39))}"
+
+    return _PARAMETER.sub(replace, message)
 
 
 def echo_err(message: str) -> None:

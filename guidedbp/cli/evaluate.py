@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 import click
 import numpy as np
 
 from guidedbp.cli.common import (
     UsageFailure,
+    batch_size_option,
     errors_handled,
     import_tensorflow,
     load_options,
     model_options,
     parse_methods,
 )
+from guidedbp.engine.methods import REGISTRY
 
 TOLERANCE = 15  # pixels, as in Zhang et al. (2016)
-# Methods evaluated by default: all but integrated gradients, whose 32 passes per image
-# make it the slow one (ask for it with --method).
-DEFAULT_METHODS = ("guided", "vanilla", "deconvnet", "gradcam", "guided-gradcam")
+# Methods evaluated by default: all but the path-integrated ones (integrated gradients),
+# whose many passes per image make them slow (ask for them with --method).
+DEFAULT_METHODS = tuple(m.name for m in REGISTRY.values() if not m.path_integrated)
 
 
 @click.command("evaluate")
@@ -41,7 +44,7 @@ DEFAULT_METHODS = ("guided", "vanilla", "deconvnet", "gradcam", "guided-gradcam"
               callback=parse_methods, metavar="LIST", help="Comma list of methods, or 'all'.")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=TOLERANCE,
               show_default=True, help="Pointing-game tolerance in pixels.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
+@batch_size_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @model_options
 @errors_handled
@@ -67,7 +70,7 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     if explain_distractor and not distractors:
         raise click.UsageError("--explain-distractor needs --shapes N --distractors")
     import_tensorflow(options["debug"])
-    from guidedbp.engine.explainer import Explainer
+    from guidedbp.api import Explainer
     from guidedbp.models.loading import load_model
 
     loaded = load_model(model, **load_options(options))
@@ -75,8 +78,8 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
         samples = _synthetic(shapes, seed, distractors, explain_distractor)
     else:
         samples = _from_files(images, masks, loaded.channels)
-    explainers = {m: Explainer(loaded, m, batch_size=batch_size) for m in methods}
-    rows = score(loaded, explainers, samples, tolerance, options)
+    explainer = Explainer(loaded, methods, batch_size=batch_size)  # one forward pass for all
+    rows = score(loaded, explainer, samples, tolerance, options)
     result = {
         "model": model,
         "data": (f"{shapes} synthetic shapes, seed {seed}"
@@ -95,17 +98,39 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
 # -- data ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One image to score: its picture, its object's mask, its true class (or None:
+    the model's top-1) and, with distractors, the other object's mask."""
+
+    name: str
+    picture: np.ndarray
+    mask: np.ndarray
+    label: int | None = None
+    other_mask: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One map's localisation scores."""
+
+    target: int
+    hit: bool
+    energy: float
+    other_hit: bool | None
+
+
 def _synthetic(count: int, seed: int, distractors: bool, explain_distractor: bool = False):
-    """(name, picture, mask, class, other object's mask or None) per synthetic image."""
+    """One :class:`Sample` per synthetic image."""
     from guidedbp.demo import make_scenes
 
     scenes = make_scenes(count, seed, distractors=distractors)
     if explain_distractor:
-        return [(f"shape{i}", scenes.images[i], scenes.distractor_masks[i],
-                 int(scenes.distractor_labels[i]), scenes.masks[i]) for i in range(count)]
+        return [Sample(f"shape{i}", scenes.images[i], scenes.distractor_masks[i],
+                       int(scenes.distractor_labels[i]), scenes.masks[i]) for i in range(count)]
     others = scenes.distractor_masks if distractors else [None] * count
-    return [(f"shape{i}", scenes.images[i], scenes.masks[i], int(scenes.labels[i]), others[i])
-            for i in range(count)]
+    return [Sample(f"shape{i}", scenes.images[i], scenes.masks[i], int(scenes.labels[i]),
+                   others[i]) for i in range(count)]
 
 
 def _from_files(inputs, mask_root: str, channels: int):
@@ -128,7 +153,7 @@ def _from_files(inputs, mask_root: str, channels: int):
         if mask.shape != picture.shape[:2]:
             raise UsageFailure(f"{mask_path}: mask is {mask.shape[1]}x{mask.shape[0]}, "
                                f"image is {picture.shape[1]}x{picture.shape[0]}")
-        samples.append((item.path, picture, mask, None, None))
+        samples.append(Sample(item.path, picture, mask))
     if missing:
         raise UsageFailure(f"no mask in {mask_root} for {len(missing)} image(s): "
                            + ", ".join(missing[:5]))
@@ -138,48 +163,51 @@ def _from_files(inputs, mask_root: str, channels: int):
 # -- scoring ---------------------------------------------------------------------------
 
 
-def score(loaded, explainers: dict, samples: list, tolerance: float, options: dict) -> list[dict]:
+def score(loaded, explainer, samples: list, tolerance: float, options: dict) -> list[dict]:
     """Per method and class: n, pointing-game hit rate, mean energy inside the mask."""
     from guidedbp.demo.metrics import energy_inside, pointing_game
     from guidedbp.models.preprocess import prepare
 
-    per_method: dict[str, list] = {m: [] for m in explainers}
-    batch = next(iter(explainers.values())).batch_size
-    for start in range(0, len(samples), batch):
-        chunk = samples[start : start + batch]
-        prepared = [prepare(picture, loaded.input_shape, loaded.preprocess, options.get("size"),
-                            options.get("resize", "stretch")) for _, picture, *_ in chunk]
+    per_method: dict[str, list] = {m: [] for m in explainer.methods}
+    for start in range(0, len(samples), explainer.batch_size):
+        chunk = samples[start : start + explainer.batch_size]
+        prepared = [prepare(sample.picture, loaded.input_shape, loaded.preprocess,
+                            options.get("size"), options.get("resize", "stretch"))
+                    for sample in chunk]
         inputs = np.stack([model_input for _, _, model_input in prepared])
-        truth = [label for _, _, _, label, _ in chunk]
+        truth = [sample.label for sample in chunk]
         targets = None if any(t is None for t in truth) else np.array(truth, np.int32)
-        for method, explainer in explainers.items():
-            explanation = explainer.explain(inputs, targets)
-            for index, (_, _, mask, _, other) in enumerate(chunk):
+        explanation = explainer.explain(inputs, targets)
+        for method, maps in explanation.by_method.items():
+            for index, sample in enumerate(chunk):
                 placement = prepared[index][1]
-                magnitude = np.abs(placement.to_original(explanation.maps[index])).max(axis=-1)
-                hit = pointing_game(magnitude[None], mask[None], tolerance)[0]
-                energy = energy_inside(magnitude[None], mask[None])[0]
-                other_hit = (None if other is None
-                             else bool(pointing_game(magnitude[None], other[None], tolerance)[0]))
-                per_method[method].append((int(explanation.targets[index]), bool(hit),
-                                           float(energy), other_hit))
+                magnitude = np.abs(placement.to_original(maps[index])).max(axis=-1)[None]
+                other = sample.other_mask
+                per_method[method].append(Scored(
+                    target=int(explanation.targets[index]),
+                    hit=bool(pointing_game(magnitude, sample.mask[None], tolerance)[0]),
+                    energy=float(energy_inside(magnitude, sample.mask[None])[0]),
+                    other_hit=None if other is None
+                    else bool(pointing_game(magnitude, other[None], tolerance)[0]),
+                ))
     labels = loaded.labels
     rows = []
     for method, scores in per_method.items():
-        classes = sorted({s[0] for s in scores})
+        classes = sorted({s.target for s in scores})
         for key in [*classes, None]:
-            chosen = [s for s in scores if key is None or s[0] == key]
+            chosen = [s for s in scores if key is None or s.target == key]
             name = "overall" if key is None else (labels[key] if labels and key < len(labels)
                                                   else str(key))
             row = {
                 "method": method,
                 "class": name,
                 "n": len(chosen),
-                "pointing_game": round(float(np.mean([s[1] for s in chosen])), 4),
-                "energy_inside": round(float(np.mean([s[2] for s in chosen])), 4),
+                "pointing_game": round(float(np.mean([s.hit for s in chosen])), 4),
+                "energy_inside": round(float(np.mean([s.energy for s in chosen])), 4),
             }
-            if chosen[0][3] is not None:
-                row["pointing_game_other"] = round(float(np.mean([s[3] for s in chosen])), 4)
+            if chosen[0].other_hit is not None:
+                row["pointing_game_other"] = round(
+                    float(np.mean([s.other_hit for s in chosen])), 4)
             rows.append(row)
     return rows
 

@@ -8,7 +8,13 @@ import sys
 
 import click
 
-from guidedbp.cli.common import errors_handled, import_tensorflow, load_options, model_options
+from guidedbp.cli.common import (
+    as_flags,
+    errors_handled,
+    import_tensorflow,
+    load_options,
+    model_options,
+)
 
 
 @click.command("inspect")
@@ -38,7 +44,9 @@ def describe(spec: str, options: dict) -> dict:
     from guidedbp.models.loading import load_model
 
     loaded = load_model(spec, **load_options(options))
-    from guidedbp.engine.explainer import Explainer, NoReluWarning
+    from guidedbp.api import Explainer
+    from guidedbp.engine.explainer import NoReluWarning
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NoReluWarning)  # reported below, not warned
         report = Explainer(loaded, "guided").report
@@ -49,6 +57,7 @@ def describe(spec: str, options: dict) -> dict:
         fitting = f"free spatial size: {chosen}"
     else:
         fitting = f"{options.get('resize', 'stretch')} to {height}x{width}"
+    ctx = click.get_current_context(silent=True)  # notes in the command's own words
     notes = list(loaded.notes)
     if report.num_guided == 0:
         notes.append("no ReLU-family op: guided backprop equals the plain gradient for this model")
@@ -62,13 +71,13 @@ def describe(spec: str, options: dict) -> dict:
         "classes": report.num_classes,
         "head_bypassed": report.head,
         "preprocess": loaded.preprocess,
-        "preprocess_source": loaded.preprocess_source,
+        "preprocess_source": as_flags(loaded.preprocess_source, ctx),
         "resize": fitting,
         "guided_ops": report.guided_ops,
         "plain_activations": report.plain_activations,
         "labels_source": loaded.labels_source,
         "labels": loaded.labels,
-        "notes": notes,
+        "notes": [as_flags(note, ctx) for note in notes],
     }
 
 

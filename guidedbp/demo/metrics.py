@@ -84,7 +84,8 @@ def _check(saliency_magnitude, masks) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(
             f"saliency_magnitude must have shape (N, H, W), got {magnitude.shape}{hint}"
         )
-    if not (np.issubdtype(magnitude.dtype, np.floating) or np.issubdtype(magnitude.dtype, np.integer)):
+    if not (np.issubdtype(magnitude.dtype, np.floating)
+            or np.issubdtype(magnitude.dtype, np.integer)):
         raise ValueError(f"saliency_magnitude must be real, got dtype {magnitude.dtype}")
     if masks.dtype != bool:
         raise ValueError(f"masks must be bool, got dtype {masks.dtype}")

@@ -1,9 +1,9 @@
 """Methods that average another method's maps: SmoothGrad and integrated gradients.
 
-Each is written once, on top of any single-map function
-``maps_for(images, targets) -> maps`` that runs the model in batches, so all
-noisy copies or interpolation steps go through the model batch by batch, never
-one image at a time.
+Each is written once, on top of any map function that runs the model in batches,
+so all noisy copies or interpolation steps go through the model batch by batch,
+never one image at a time. SmoothGrad averages several methods' maps at once, so
+the methods computed from one forward pass share their noisy copies too.
 """
 
 from __future__ import annotations
@@ -12,14 +12,17 @@ from collections.abc import Callable
 
 import numpy as np
 
+from guidedbp.engine.options import BASELINES
+from guidedbp.errors import ArgumentError
+
 MapsFunction = Callable[[np.ndarray, np.ndarray], np.ndarray]
-BASELINES = ("black", "white", "blur")
+MethodMapsFunction = Callable[[np.ndarray, np.ndarray], dict[str, np.ndarray]]
 
 
 def smoothgrad(
-    maps_for: MapsFunction, images: np.ndarray, targets: np.ndarray, samples: int,
+    maps_for: MethodMapsFunction, images: np.ndarray, targets: np.ndarray, samples: int,
     noise: float, seed: int, chunk: int,
-) -> np.ndarray:
+) -> dict[str, np.ndarray]:
     """SmoothGrad (Smilkov et al., 2017): the mean map over noisy copies.
 
     Each image gets ``samples`` copies with Gaussian noise of standard deviation
@@ -27,25 +30,30 @@ def smoothgrad(
     ``numpy.random.default_rng([seed, i])``, so maps do not depend on batching.
 
     Args:
-        maps_for: The base method, run on a batch with fixed targets.
+        maps_for: The base methods, run on a batch with fixed targets: method -> maps.
         images: float32 ``(N, H, W, C)``.
         targets: int32 ``(N,)`` classes (fixed: the clean image's class).
         samples: Copies per image.
         noise: Relative noise level.
         seed: Seed of the noise.
         chunk: Copies per model batch.
+
+    Returns:
+        method -> float32 mean maps, ``(N, ...)``.
     """
-    result = np.empty(images.shape, np.float32)
+    result: dict[str, np.ndarray] = {}
     per_group = max(1, chunk // samples)
     for start in range(0, len(images), per_group):
         group = images[start : start + per_group]
-        copies = np.concatenate([
-            _noisy(image, samples, noise, seed, start + offset) for offset, image in enumerate(group)
-        ])
-        maps = maps_for(copies, np.repeat(targets[start : start + per_group], samples))
-        result[start : start + len(group)] = maps.reshape(
-            len(group), samples, *maps.shape[1:]
-        ).mean(axis=1, dtype=np.float64)
+        copies = np.concatenate([_noisy(image, samples, noise, seed, start + offset)
+                                 for offset, image in enumerate(group)])
+        by_method = maps_for(copies, np.repeat(targets[start : start + per_group], samples))
+        for name, maps in by_method.items():
+            if name not in result:
+                result[name] = np.empty((len(images), *maps.shape[1:]), np.float32)
+            result[name][start : start + len(group)] = maps.reshape(
+                len(group), samples, *maps.shape[1:]
+            ).mean(axis=1, dtype=np.float64)
     return result
 
 
@@ -78,7 +86,9 @@ def integrated_gradients(
     return result
 
 
-def make_baselines(images: np.ndarray, baseline, black: np.ndarray, white: np.ndarray) -> np.ndarray:
+def make_baselines(
+    images: np.ndarray, baseline, black: np.ndarray, white: np.ndarray
+) -> np.ndarray:
     """Baselines in the model's input space.
 
     Args:
@@ -93,13 +103,16 @@ def make_baselines(images: np.ndarray, baseline, black: np.ndarray, white: np.nd
         if baseline == "white":
             return np.broadcast_to(white, images.shape).astype(np.float32)
         if baseline == "blur":
-            return np.stack([gaussian_blur(image, sigma=max(image.shape[:2]) / 20) for image in images])
-        raise ValueError(f"baseline={baseline!r} is not one of {', '.join(BASELINES)} or an array")
+            return np.stack([gaussian_blur(image, sigma=max(image.shape[:2]) / 20)
+                             for image in images])
+        raise ArgumentError(
+            f"baseline={baseline!r} is not one of {', '.join(BASELINES)} or an array"
+        )
     array = np.asarray(baseline, np.float32)
     try:
         return np.broadcast_to(array, images.shape).astype(np.float32)
     except ValueError:
-        raise ValueError(
+        raise ArgumentError(
             f"baseline of shape {array.shape} does not broadcast to images {images.shape}"
         ) from None
 

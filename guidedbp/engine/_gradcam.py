@@ -11,6 +11,8 @@ import re
 
 import tensorflow as tf
 
+from guidedbp.errors import ArgumentError
+
 
 def layer_path(model, name: str) -> list[str] | None:
     """Names of the Keras models enclosing layer ``name``, then its own; None if absent."""
@@ -44,10 +46,10 @@ def feature_map_by_name(forward_ops: list[tf.Operation], path: list[str]) -> tf.
             if best is None or match <= best[0]:
                 best = (match, op)
     if best is None:
-        raise ValueError(f"no layer named {'/'.join(path)!r} in the model's graph")
+        raise ArgumentError(f"no layer named {'/'.join(path)!r} in the model's graph")
     tensor = best[1].outputs[0]
     if tensor.shape.rank != 4:
-        raise ValueError(
+        raise ArgumentError(
             f"layer {'/'.join(path)!r} outputs shape {tensor.shape}; Grad-CAM needs a "
             "(batch, height, width, channels) feature map"
         )
@@ -67,7 +69,8 @@ def _match_scopes(scopes: list[str], path: list[str]) -> int | None:
             found = pattern.match(scopes[index])
             if found:
                 suffix = found.group(2)
-                score = score * 1000 + (0 if suffix == "1" else 1 if suffix is None else 2 + int(suffix))
+                closeness = 0 if suffix == "1" else 1 if suffix is None else 2 + int(suffix)
+                score = score * 1000 + closeness
                 position = index + 1
                 break
         else:
@@ -97,7 +100,7 @@ def default_feature_map(logits: tf.Tensor, images: tf.Tensor) -> tf.Tensor:
         for source in tensor.op.inputs:
             if source.op.name in depends:
                 queue.append(source)
-    raise ValueError("the model has no 4-D feature map before its logits: Grad-CAM needs one")
+    raise ArgumentError("the model has no 4-D feature map before its logits: Grad-CAM needs one")
 
 
 def _depends_on(images: tf.Tensor) -> set[str]:

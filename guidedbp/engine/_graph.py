@@ -105,6 +105,38 @@ def find_logits(output: tf.Tensor) -> tuple[tf.Tensor, str | None, tf.Operation 
     return tensor.op.inputs[0], head, tensor.op
 
 
+def class_scores(logits: tf.Tensor, output: tf.Tensor, head: str | None):
+    """The float32 score of every class, and every class's probability.
+
+    A model with one logit ``z`` is a binary classifier: class 1 scores ``z`` and
+    class 0 scores ``-z``, so both classes can be explained. Probabilities come from
+    the model's own head where it has one, else from a softmax (a sigmoid for one
+    logit) of the logits.
+
+    Args:
+        logits: ``(N, K)`` pre-activation logits (:func:`find_logits`).
+        output: ``(N, K)`` the model's output.
+        head: The bypassed head's name, or ``None``.
+
+    Returns:
+        ``(scores, probabilities)``, both float32 ``(N, max(K, 2))``.
+    """
+    logits = tf.cast(logits, tf.float32)
+    output = tf.cast(output, tf.float32)
+    if head in ("softmax", "sigmoid"):
+        probabilities = output
+    elif head == "log_softmax":
+        probabilities = tf.exp(output)
+    elif logits.shape[-1] == 1:
+        probabilities = tf.sigmoid(logits)
+    else:
+        probabilities = tf.nn.softmax(logits)
+    if logits.shape[-1] == 1:
+        logits = tf.concat([-logits, logits], axis=-1)
+        probabilities = tf.concat([1.0 - probabilities, probabilities], axis=-1)
+    return logits, probabilities
+
+
 def relu_ops(ops: list[tf.Operation]) -> list[tf.Operation]:
     """Every ReLU-family op among ``ops``, in creation (topological) order."""
     return [op for op in ops if op.type in RELU_OPS]

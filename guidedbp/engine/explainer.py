@@ -7,36 +7,32 @@ at zero, then send it through the ReLU's own gradient). One ordinary
 ``tf.gradients`` call then yields the guided map. The model itself is never
 touched: the override lives only on the traced graph.
 
-The same traced function serves the methods users compare guided backprop with:
-Grad-CAM and guided Grad-CAM (a plain gradient to a feature map, in the same
-graph), and, on top of any method, SmoothGrad and integrated gradients
-(:mod:`guidedbp.engine._averaging`).
+One explainer computes several methods from a single forward pass
+(:mod:`guidedbp.engine._trace`); the methods are records of
+:mod:`guidedbp.engine.methods`. SmoothGrad and integrated gradients run on top of
+any of them (:mod:`guidedbp.engine._averaging`).
+
+The engine knows TensorFlow and nothing about files, model specs or
+preprocessing: :class:`guidedbp.Explainer` (the package's) adds those.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
 
-from guidedbp.engine import _averaging, _gradcam, _graph
-from guidedbp.engine._graph import Report
+from guidedbp.engine import _averaging, _gradcam, _graph, _trace
+from guidedbp.engine import methods as registry
+from guidedbp.engine.options import UPSAMPLING, MethodOptions
+from guidedbp.errors import ArgumentError
 
-#: Each method, and the gradient its traced function maps ReLUs to.
-METHODS_GRADIENT = {
-    "guided": _graph.GUIDED_GRADIENT,
-    "vanilla": None,
-    "deconvnet": _graph.DECONVNET_GRADIENT,
-    "gradcam": None,
-    "guided-gradcam": _graph.GUIDED_GRADIENT,
-    "integrated-gradients": None,
-}
-_CAM_METHODS = ("gradcam", "guided-gradcam")
-UPSAMPLING = ("bilinear", "nearest")
+__all__ = ["Explainer", "Explanation", "NoReluWarning", "saliency",
+           "UPSAMPLING"]
 
 Target = int | Sequence[int] | np.ndarray | None
 
@@ -50,8 +46,8 @@ class Explanation:
     """Maps and the classes they explain.
 
     Attributes:
-        maps: float32 ``(N, H, W, C)`` attributions of each image's target logit
-            (``(N, H, W, 1)`` for Grad-CAM).
+        by_method: method -> float32 ``(N, H, W, C)`` attributions of each image's
+            target logit (``(N, H, W, 1)`` for Grad-CAM), in the explainer's order.
         targets: int ``(N,)`` class each map explains.
         logits: float32 ``(N,)`` the target's logit (the score that was differentiated).
         probabilities: float32 ``(N,)`` the target's probability under the model's head
@@ -60,11 +56,20 @@ class Explanation:
             ranking (top-k).
     """
 
-    maps: np.ndarray
+    by_method: dict
     targets: np.ndarray
     logits: np.ndarray
     probabilities: np.ndarray
     class_probabilities: np.ndarray
+
+    @property
+    def maps(self) -> np.ndarray:
+        """The first (or only) method's maps."""
+        return next(iter(self.by_method.values()))
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple(self.by_method)
 
 
 class Explainer:
@@ -79,7 +84,8 @@ class Explainer:
     ``"gradcam"`` is Grad-CAM (Selvaraju et al., 2017), ``"guided-gradcam"`` guided
     backprop times Grad-CAM; ``"integrated-gradients"`` is Sundararajan et al. (2017).
     ``smooth=N`` averages any method over N noisy copies (SmoothGrad, Smilkov et
-    al., 2017).
+    al., 2017). Several methods (``method=("guided", "gradcam")``) share one forward
+    pass, and methods with the same ReLU rule share their backward pass.
 
     A softmax or sigmoid head is bypassed: maps explain the pre-activation logit.
     Every ``Relu`` and ``Relu6`` op the forward pass creates is guided (fused
@@ -87,32 +93,27 @@ class Explainer:
     custom layers); other activations keep their plain gradient.
 
     Args:
-        model: A ``keras.Model`` taking ``(N, H, W, C)`` images and returning
-            ``(N, classes)`` scores, a :class:`~guidedbp.models.loading.LoadedModel`, or
-            any spec :func:`guidedbp.load_model` takes (a ``.keras``/``.h5`` path, a
-            SavedModel folder, ``keras:NAME``).
-        method: One of :data:`guidedbp.METHODS`.
-        batch_size: Images (or noisy copies, or interpolation steps) per
-            forward/backward pass; bounds memory.
-        layer: Grad-CAM layer name; default: the last layer with a 4-D output before
-            global pooling or flattening, inside nested models too.
-        upsample: Grad-CAM upsampling to the input size: ``"bilinear"`` or ``"nearest"``.
-        smooth: SmoothGrad copies per image; 0 or 1 turns it off.
-        noise: SmoothGrad noise, relative to each image's value range.
-        seed: SmoothGrad noise seed: same seed, same maps.
-        steps: Integrated-gradients steps.
-        baseline: Integrated-gradients baseline: ``"black"``, ``"white"``, ``"blur"``
-            or an array in the model's input space.
-        preprocess: The preprocessing mode that maps pixels into the model's input
-            space, used to place the black and white baselines (taken from a
-            :class:`~guidedbp.models.loading.LoadedModel`; ``"none"`` otherwise).
+        model: A traceable callable ``model(images, training=False) -> (N, classes)``
+            taking ``(N, H, W, C)`` images: a ``keras.Model``, or any object with that
+            call (and optionally Keras' ``inputs`` and ``layers``).
+        method: A method name of :data:`guidedbp.METHODS`, a comma list, or a
+            sequence of names.
+        batch_size: Overrides ``options.batch_size``.
+        options: :class:`~guidedbp.engine.options.MethodOptions`.
+        pixel_to_input: Maps 0-255 pixels ``(N, H, W, C)`` into the model's input
+            space, to place the black and white integrated-gradients baselines.
+            Default: the identity (the model takes raw pixels).
+        **fields: Method options by their flat names (``layer``, ``upsample``,
+            ``smooth``, ``noise``, ``seed``, ``steps``, ``baseline``), replacing
+            those of ``options``.
 
     Raises:
         ValueError: For an unknown method or a bad argument.
 
     >>> import numpy as np, keras
-    >>> model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
-    ...                           keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(5)])
+    >>> model = keras.Sequential([
+    ...     keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
+    ...     keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(5)])
     >>> explainer = Explainer(model, method="guided")
     >>> explainer(np.ones((2, 8, 8, 3), np.float32), target=3).shape
     (2, 8, 8, 3)
@@ -123,62 +124,56 @@ class Explainer:
     def __init__(
         self,
         model,
-        method: str = "guided",
-        batch_size: int = 32,
+        method: str | Sequence[str] = "guided",
+        batch_size: int | None = None,
         *,
-        layer: str | None = None,
-        upsample: str = "bilinear",
-        smooth: int = 0,
-        noise: float = 0.15,
-        seed: int = 0,
-        steps: int = 32,
-        baseline="black",
-        preprocess: str | None = None,
+        options: MethodOptions | None = None,
+        pixel_to_input: Callable[[np.ndarray], np.ndarray] | None = None,
+        **fields,
     ):
-        if method not in METHODS_GRADIENT:
-            raise ValueError(f"method={method!r} is not one of {', '.join(METHODS_GRADIENT)}")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
-        if upsample not in UPSAMPLING:
-            raise ValueError(f"upsample={upsample!r} is not one of {', '.join(UPSAMPLING)}")
-        if not isinstance(smooth, int) or smooth < 0:
-            raise ValueError(f"smooth={smooth!r} must be a non-negative integer")
-        if not noise >= 0:
-            raise ValueError(f"noise={noise!r} must be >= 0")
-        if not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps={steps!r} must be a positive integer")
-        if layer is not None and method not in _CAM_METHODS:
-            raise ValueError(f"layer={layer!r} only applies to {' and '.join(_CAM_METHODS)}")
-        from guidedbp.models.loading import LoadedModel, load_model
-
+        self.methods = registry.as_methods(method)
+        self.options = MethodOptions.of(options, batch_size=batch_size, **fields)
+        layer = self.options.gradcam.layer
+        cams = [name for name in registry.METHODS if registry.method(name).options == "gradcam"]
+        if layer is not None and not set(cams) & set(self.methods):
+            raise ArgumentError(f"layer={layer!r} only applies to {' and '.join(cams)}")
         if isinstance(model, (str, os.PathLike)):
-            model = load_model(model)
-        if isinstance(model, LoadedModel):
-            preprocess = preprocess or model.preprocess
-            model = model.model
+            raise ArgumentError(
+                f"model={os.fspath(model)!r} is a path: load it with guidedbp.load_model, "
+                "or use guidedbp.Explainer, which takes model files too"
+            )
         if not callable(model):
-            raise ValueError(f"model must be a keras.Model or a model spec, got {type(model).__name__}")
+            raise ArgumentError(
+                f"model must be a keras.Model or a callable, got {type(model).__name__}"
+            )
         _graph.register_gradients()
         self.model = model
-        self.method = method
-        self.batch_size = batch_size
-        self.layer, self.upsample = layer, upsample
-        self.smooth, self.noise, self.seed = smooth, float(noise), seed
-        self.steps, self.baseline = steps, baseline
-        self.preprocess = preprocess or "none"
-        if isinstance(baseline, str) and baseline not in _averaging.BASELINES:
-            raise ValueError(f"baseline={baseline!r} is not one of {', '.join(_averaging.BASELINES)}")
+        self.pixel_to_input = pixel_to_input
         self._layer_path = None
         if layer is not None:
             self._layer_path = _gradcam.layer_path(model, layer) or layer.split("/")
+        # Methods computed straight from the clean images, and path-integrated ones.
+        self._direct = tuple(m for m in self.methods if not registry.method(m).path_integrated)
+        self._clean = self._direct or self.methods
         self._functions: dict[tuple, tf.types.experimental.GenericFunction] = {}
-        self._report: Report | None = None
+        self._reports: dict[tuple, _graph.Report] = {}
+        self._warned: set[tuple] = set()
         self.trace_count = 0
+
+    @property
+    def method(self) -> str:
+        """The methods as one name: ``guided`` or ``guided,gradcam``."""
+        return ",".join(self.methods)
+
+    @property
+    def batch_size(self) -> int:
+        return self.options.batch_size
 
     # -- public API -------------------------------------------------------------------
 
     def __call__(self, images, target: Target = None) -> np.ndarray:
-        """Saliency maps, float32, the same shape as ``images`` (1 channel for Grad-CAM).
+        """Saliency maps of the first method, float32, shaped like ``images`` (1 channel
+        for Grad-CAM).
 
         Args:
             images: float ``(N, H, W, C)`` in the model's input space.
@@ -188,181 +183,148 @@ class Explainer:
         return self.explain(images, target).maps
 
     def explain(self, images, target: Target = None) -> Explanation:
-        """Like calling the explainer, but also returns the classes and their scores."""
+        """Every method's maps, with the classes they explain and their scores."""
         images = _as_images(images)
         targets = _as_targets(target, len(images))
-        function = self._function_for(images.shape[1:])
-        report = self._report_of(function)
+        key = self._signature(images.shape[1:])
+        report = self._report_for(key)
         if np.any(targets >= report.num_classes):
             bad = int(targets[targets >= report.num_classes][0])
-            raise ValueError(
+            raise ArgumentError(
                 f"target class {bad} is out of range: the model has "
                 f"{report.num_classes} classes (0..{report.num_classes - 1})"
             )
-        clean = self._run(function, images, targets)
-        averaged = self.method == "integrated-gradients" or (self.smooth > 1 and self.noise > 0)
-        if not averaged:
+        clean = self._run(self._clean, key, images, targets)
+        smoothing = self.options.smoothgrad.active
+        if not smoothing and self._direct == self.methods:
             return clean
-
-        def base_maps(batch, fixed_targets):
-            return self._run(function, batch, fixed_targets).maps
-
-        def method_maps(batch, fixed_targets):
-            if self.method != "integrated-gradients":
-                return base_maps(batch, fixed_targets)
-            baselines = _averaging.make_baselines(batch, self.baseline, *self._black_white(batch))
-            return _averaging.integrated_gradients(
-                base_maps, batch, fixed_targets, baselines, self.steps, self.batch_size
+        if smoothing:
+            smooth = self.options.smoothgrad
+            maps = _averaging.smoothgrad(
+                lambda batch, fixed: self._fixed_maps(key, batch, fixed), images, clean.targets,
+                smooth.smooth, smooth.noise, smooth.seed, self.batch_size,
             )
-
-        if self.smooth > 1 and self.noise > 0:
-            maps = _averaging.smoothgrad(method_maps, images, clean.targets, self.smooth,
-                                         self.noise, self.seed, self.batch_size)
         else:
-            maps = method_maps(images, clean.targets)
-        return Explanation(maps, clean.targets, clean.logits, clean.probabilities,
-                           clean.class_probabilities)
+            maps = {**clean.by_method, **self._integrated(key, images, clean.targets)}
+        return Explanation({m: maps[m] for m in self.methods}, clean.targets, clean.logits,
+                           clean.probabilities, clean.class_probabilities)
+
+    def report_for(self, image_shape: tuple) -> _graph.Report:
+        """The report for images of ``(H, W, C)`` ``image_shape``, tracing once for it.
+
+        Raises:
+            ArgumentError: The model cannot take images of that shape.
+        """
+        return self._report_for(self._signature(tuple(image_shape)))
 
     @property
-    def report(self) -> Report:
-        """What was done to the model: guided ops, plain activations, bypassed head."""
-        if self._report is None:
-            shape = _declared_image_shape(self.model)
-            if shape is None:
-                raise ValueError(
-                    "the model declares no input shape: call the explainer on images "
-                    "before reading its report"
-                )
-            self._report_of(self._function_for(shape))
-        return self._report
+    def report(self) -> _graph.Report:
+        """What was done to the model: guided ops, plain activations, bypassed head.
+
+        The report of the model's declared input shape; after :meth:`explain`, the
+        report of the last image shape explained where the model declares none.
+        """
+        shape = _declared_image_shape(self.model)
+        if shape is not None:
+            return self._report_for(shape)
+        if not self._reports:
+            raise ArgumentError(
+                "the model declares no input shape: call the explainer on images "
+                "before reading its report"
+            )
+        return next(reversed(self._reports.values()))
 
     # -- running ----------------------------------------------------------------------
 
-    def _run(self, function, images: np.ndarray, targets: np.ndarray) -> Explanation:
+    def _fixed_maps(self, key: tuple, images: np.ndarray, targets: np.ndarray) -> dict:
+        """Every method's maps for fixed classes (no SmoothGrad)."""
+        maps = self._run(self._direct, key, images, targets).by_method if self._direct else {}
+        return {**maps, **self._integrated(key, images, targets)}
+
+    def _integrated(self, key: tuple, images: np.ndarray, targets: np.ndarray) -> dict:
+        """The path-integrated methods' maps, each over its own base map."""
+        result = {}
+        for name in self.methods:
+            if not registry.method(name).path_integrated:
+                continue
+            ig = self.options.integrated_gradients
+            black, white = self._black_white(images.shape[-1])
+            baselines = _averaging.make_baselines(images, ig.baseline, black, white)
+            result[name] = _averaging.integrated_gradients(
+                lambda batch, fixed, name=name: self._run((name,), key, batch, fixed).maps,
+                images, targets, baselines, ig.steps, self.batch_size,
+            )
+        return result
+
+    def _run(self, methods: tuple, key: tuple, images: np.ndarray, targets: np.ndarray
+             ) -> Explanation:
+        function = self._function(key, methods)
         parts = []
         for start in range(0, len(images), self.batch_size):
-            batch = images[start : start + self.batch_size]
-            parts.append(
-                [t.numpy() for t in function(batch, targets[start : start + self.batch_size])]
-            )
-        maps, chosen, logits, probs, all_probs = (np.concatenate(p) for p in zip(*parts))
-        return Explanation(maps=maps, targets=chosen, logits=logits, probabilities=probs,
-                           class_probabilities=all_probs)
+            outputs = function(images[start : start + self.batch_size],
+                               targets[start : start + self.batch_size])
+            parts.append(outputs)
+        joined = {name: np.concatenate([p[name].numpy() for p in parts])
+                  for name in ("targets", "logits", "probabilities", "class_probabilities")}
+        maps = {m: np.concatenate([p["maps"][m].numpy() for p in parts]) for m in methods}
+        return Explanation(maps, joined["targets"], joined["logits"], joined["probabilities"],
+                           joined["class_probabilities"])
 
-    def _black_white(self, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        from guidedbp.models.preprocess import preprocess
-
-        channels = images.shape[-1]
-        pixels = np.array([[[[0.0] * channels], [[255.0] * channels]]], np.float32)
-        black, white = preprocess(pixels.reshape(2, 1, 1, channels), self.preprocess)
-        return black.reshape(channels), white.reshape(channels)
+    def _black_white(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
+        pixels = np.array([0.0, 255.0], np.float32).repeat(channels).reshape(2, 1, 1, channels)
+        if self.pixel_to_input is not None:
+            pixels = np.asarray(self.pixel_to_input(pixels), np.float32)
+        return pixels[0].reshape(channels), pixels[1].reshape(channels)
 
     # -- tracing ----------------------------------------------------------------------
 
-    def _function_for(self, image_shape: tuple):
+    def _signature(self, image_shape: tuple) -> tuple:
+        """The trace key of an image shape: the declared shape (free dims stay free, so
+        one trace serves every size), else the shape itself."""
         declared = _declared_image_shape(self.model)
         if declared is not None:
             _check_shape(image_shape, declared)
-            key = declared  # free dims stay free: one trace serves every size
-        else:
-            key = tuple(image_shape)
-            _build_if_needed(self.model, key)
-        if key not in self._functions:
+            return declared
+        key = tuple(image_shape)
+        _build_if_needed(self.model, key)
+        return key
+
+    def _report_for(self, key: tuple) -> _graph.Report:
+        """The report of signature ``key``, tracing the clean function once for it."""
+        if key not in self._reports:
+            self._function(key, self._clean).get_concrete_function()
+        report = self._reports[key]
+        if key not in self._warned:
+            self._warned.add(key)
+            if registry.swaps_relus(self.methods) and not report.guided_ops:
+                warnings.warn(
+                    f"{getattr(self.model, 'name', None) or 'the model'} has no ReLU-family "
+                    f"op: {self.method} backprop equals the plain gradient for it",
+                    NoReluWarning, stacklevel=_caller_stacklevel(),
+                )
+        return report
+
+    def _function(self, key: tuple, methods: tuple):
+        if (key, methods) not in self._functions:
             signature = [
                 tf.TensorSpec((None, *key), tf.float32, name="images"),
                 tf.TensorSpec((None,), tf.int32, name="targets"),
             ]
+
+            def traced(images, targets):
+                self.trace_count += 1
+                outputs, report = _trace.attribute(
+                    self.model, images, targets, methods, self.methods, self._layer_path,
+                    self.options.gradcam.upsample,
+                )
+                self._reports.setdefault(key, report)
+                return outputs
+
             # autograph=False: the body builds a graph in plain Python; nothing to convert.
-            self._functions[key] = tf.function(
-                self._attribute, input_signature=signature, autograph=False
+            self._functions[(key, methods)] = tf.function(
+                traced, input_signature=signature, autograph=False
             )
-        return self._functions[key]
-
-    def _report_of(self, function) -> Report:
-        function.get_concrete_function()  # traces once, filling self._report
-        return self._report
-
-    def _attribute(self, images: tf.Tensor, targets: tf.Tensor):
-        """Traced body: forward under the override, then the method's backward pass."""
-        self.trace_count += 1
-        graph = tf.compat.v1.get_default_graph()
-        gradient = METHODS_GRADIENT[self.method]
-        override = {op_type: gradient for op_type in _graph.RELU_OPS} if gradient else {}
-        with graph.gradient_override_map(override):
-            output = self.model(images, training=False)
-        if isinstance(output, (list, tuple, dict)):
-            raise ValueError("the model has several outputs; guidedbp explains one")
-        forward_ops = graph.get_operations()
-
-        logits, head, head_op = _graph.find_logits(output)
-        relus = _graph.relu_ops(forward_ops)
-        excluded = _graph.signed_compositions(relus)
-        excluded_names = {op.name for op in excluded}
-        if gradient:
-            _graph.set_gradient(excluded, None)  # PReLU parts keep their plain gradient
-        guided = [op for op in relus if op.name not in excluded_names]
-        guided_counts, plain = _graph.census(forward_ops, guided, excluded, head_op)
-
-        if logits.shape.rank != 2:
-            raise ValueError(
-                f"the model's output has shape {output.shape}; guidedbp expects "
-                "(batch, classes)"
-            )
-        feature_map = None
-        if self.method in _CAM_METHODS:
-            feature_map = (
-                _gradcam.feature_map_by_name(forward_ops, self._layer_path)
-                if self._layer_path else _gradcam.default_feature_map(logits, images)
-            )
-        logits = tf.cast(logits, tf.float32)
-        probabilities = _probabilities(logits, tf.cast(output, tf.float32), head)
-        if logits.shape[-1] == 1:  # one logit z: class 1 scores z, class 0 scores -z
-            logits = tf.concat([-logits, logits], axis=-1)
-            probabilities = tf.concat([1.0 - probabilities, probabilities], axis=-1)
-
-        self._report = Report(
-            method=self.method,
-            guided_ops=guided_counts if gradient else {},
-            plain_activations=plain,
-            head=head,
-            num_classes=int(logits.shape[-1]),
-            layer=_scope_of(feature_map),
-        )
-        if gradient and not guided:
-            warnings.warn(
-                f"{getattr(self.model, 'name', 'the model')} has no ReLU-family op: "
-                f"{self.method} backprop equals the plain gradient for it",
-                NoReluWarning,
-                stacklevel=2,
-            )
-
-        chosen = tf.where(targets < 0, tf.argmax(logits, axis=-1, output_type=tf.int32), targets)
-        target_logits = tf.gather(logits, chosen, batch_dims=1)
-        score = tf.reduce_sum(target_logits)
-        if feature_map is not None:
-            # Grad-CAM weighs channels by the *plain* gradient: lift the override
-            # for this one gradient, then put it back for the guided pass.
-            _graph.set_gradient(guided, None)
-            feature_gradient = tf.gradients(score, feature_map, unconnected_gradients="zero")[0]
-            _graph.set_gradient(guided, gradient)
-            maps = _gradcam.grad_cam(feature_map, feature_gradient, tf.shape(images)[1:3],
-                                     self.upsample)
-            if self.method == "guided-gradcam":
-                guided_maps = tf.gradients(score, images, unconnected_gradients="zero")[0]
-                maps = tf.cast(guided_maps, tf.float32) * maps
-        else:
-            maps = tf.gradients(score, images, unconnected_gradients="zero")[0]
-        return (
-            tf.cast(maps, tf.float32),
-            chosen,
-            target_logits,
-            tf.gather(probabilities, chosen, batch_dims=1),
-            probabilities,
-        )
-
-
-def _scope_of(tensor) -> str | None:
-    return None if tensor is None else tensor.op.name.rsplit("/", 1)[0]
+        return self._functions[(key, methods)]
 
 
 def saliency(model, images, target: Target = None, method: str = "guided", **options) -> np.ndarray:
@@ -380,25 +342,30 @@ def saliency(model, images, target: Target = None, method: str = "guided", **opt
 # -- helpers ----------------------------------------------------------------------------
 
 
-def _probabilities(logits: tf.Tensor, output: tf.Tensor, head: str | None) -> tf.Tensor:
-    if head in ("softmax", "sigmoid"):
-        return output
-    if head == "log_softmax":
-        return tf.exp(output)
-    if logits.shape[-1] == 1:
-        return tf.sigmoid(logits)
-    return tf.nn.softmax(logits)
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside guidedbp
+    (and TensorFlow, which may sit between when a trace is running)."""
+    import sys
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(package + os.sep) and "/tensorflow/" not in filename:
+            return level
+        frame, level = frame.f_back, level + 1
+    return 1
 
 
 def _as_images(images) -> np.ndarray:
     array = np.asarray(images)
     if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
-        raise ValueError(f"images must be numeric, got dtype {array.dtype}")
+        raise ArgumentError(f"images must be numeric, got dtype {array.dtype}")
     if array.ndim != 4:
         hint = " (add a batch axis: images[None])" if array.ndim == 3 else ""
-        raise ValueError(f"images must have shape (N, H, W, C), got {array.shape}{hint}")
+        raise ArgumentError(f"images must have shape (N, H, W, C), got {array.shape}{hint}")
     if len(array) == 0:
-        raise ValueError("images is empty: expected at least one image")
+        raise ArgumentError("images is empty: expected at least one image")
     return np.ascontiguousarray(array, dtype=np.float32)
 
 
@@ -410,11 +377,13 @@ def _as_targets(target: Target, count: int) -> np.ndarray:
     else:
         targets = np.asarray(target)
         if targets.ndim != 1 or not np.issubdtype(targets.dtype, np.integer):
-            raise ValueError(f"target must be None, an int or a sequence of ints, got {target!r}")
+            raise ArgumentError(
+                f"target must be None, an int or a sequence of ints, got {target!r}"
+            )
         if len(targets) != count:
-            raise ValueError(f"target has {len(targets)} classes for {count} images")
+            raise ArgumentError(f"target has {len(targets)} classes for {count} images")
     if np.any(targets < 0):
-        raise ValueError(f"target classes must be >= 0, got {int(targets.min())}")
+        raise ArgumentError(f"target classes must be >= 0, got {int(targets.min())}")
     return targets.astype(np.int32)
 
 
@@ -425,7 +394,9 @@ def _declared_image_shape(model) -> tuple | None:
         return None
     if not inputs or len(inputs) != 1:
         if inputs and len(inputs) > 1:
-            raise ValueError(f"the model has {len(inputs)} inputs; guidedbp explains one image input")
+            raise ArgumentError(
+                f"the model has {len(inputs)} inputs; guidedbp explains one image input"
+            )
         return None
     shape = tuple(inputs[0].shape[1:])
     return shape if len(shape) == 3 else None
@@ -437,7 +408,7 @@ def _check_shape(image_shape: tuple, declared: tuple) -> None:
     ):
         want = "x".join("?" if d is None else str(d) for d in declared)
         got = "x".join(str(s) for s in image_shape)
-        raise ValueError(f"the model takes images of HxWxC {want}, got {got}")
+        raise ArgumentError(f"the model takes images of HxWxC {want}, got {got}")
 
 
 def _build_if_needed(model, image_shape: tuple) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from guidedbp.engine import _graph
+from guidedbp.errors import ArgumentError
 
 
 def reference_saliency(model, images, target=None, method: str = "guided") -> np.ndarray:
@@ -33,7 +34,7 @@ def reference_saliency(model, images, target=None, method: str = "guided") -> np
         float32 maps of the images' shape.
     """
     if method not in ("guided", "deconvnet", "vanilla"):
-        raise ValueError(f"method={method!r} is not one of guided, deconvnet, vanilla")
+        raise ArgumentError(f"method={method!r} is not one of guided, deconvnet, vanilla")
     images = np.asarray(images, np.float32)
     if target is None:
         targets = np.full(len(images), -1, np.int32)
@@ -44,10 +45,8 @@ def reference_saliency(model, images, target=None, method: str = "guided") -> np
     def chain(x, chosen):
         graph = tf.compat.v1.get_default_graph()
         output = model(x, training=False)
-        logits, _, _ = _graph.find_logits(output)
-        logits = tf.cast(logits, tf.float32)
-        if logits.shape[-1] == 1:
-            logits = tf.concat([-logits, logits], axis=-1)
+        logits, head, _ = _graph.find_logits(output)
+        logits, _ = _graph.class_scores(logits, output, head)
         chosen = tf.where(chosen < 0, tf.argmax(logits, axis=-1, output_type=tf.int32), chosen)
         score = tf.reduce_sum(tf.gather(logits, chosen, batch_dims=1))
 

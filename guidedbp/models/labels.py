@@ -24,6 +24,8 @@ import os
 import re
 from importlib import resources
 
+from guidedbp.errors import GuidedbpError
+
 __all__ = ["ClassNameError", "imagenet_labels", "load_labels", "resolve_class"]
 
 _INSPECT_HINT = "run `guidedbp inspect MODEL` to list the classes"
@@ -31,7 +33,7 @@ _INDEX = re.compile(r"[+-]?[0-9]+")
 _MAX_CANDIDATES = 5
 
 
-class ClassNameError(ValueError):
+class ClassNameError(ValueError, GuidedbpError):
     """A class given by name or index that the model does not have; the message is one line."""
 
 
@@ -198,7 +200,7 @@ def resolve_class(spec: str | int, labels: list[str] | None, num_classes: int) -
     if labels is None:
         raise ClassNameError(
             f"class {text!r} is not an index and the model has no class names; pass "
-            f"`--labels FILE` to name its classes, or give an index 0..{num_classes - 1}"
+            f"labels=FILE to name its classes, or give an index 0..{num_classes - 1}"
         )
     if len(labels) != num_classes:
         raise ClassNameError(

@@ -377,7 +377,7 @@ def model_size(
     Args:
         input_shape: The model's ``(H, W, C)``, ``None`` for free dimensions.
         image_size: The decoded image's ``(H, W)``.
-        size: The user's ``--size`` for models with free spatial dimensions.
+        size: The size asked for, used only by models with free spatial dimensions.
     """
     height, width = input_shape[0], input_shape[1]
     if height is not None and width is not None:

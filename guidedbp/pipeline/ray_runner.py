@@ -1,18 +1,18 @@
-"""``guidedbp explain --engine ray``: the explain job as a Ray Data pipeline.
+"""The Ray runner: the explain stages as a Ray Data pipeline.
 
 The driver lists the inputs and cuts them into the same batches as the local
-engine (:func:`~guidedbp.cli.job.batched`): a map's last bits can depend on the
-batch it was computed in, and both engines must write the same bytes. Then::
+runner (:func:`~guidedbp.pipeline.stages.batched`): a map's last bits can depend
+on the batch it was computed in, and both runners must write the same bytes. Then::
 
-    from_items(batches) -> map(decode, fit, preprocess)   tasks, in parallel
-                        -> map(ExplainWorker)             actor pool, --workers
+    from_items(batches) -> map(prepare)         tasks, in parallel
+                        -> map(ExplainWorker)   actor pool, ``workers``
                         -> driver: manifest records, in input order
 
-Each worker loads the model and traces the engine once, then runs the local
-engine's own code for a batch (:meth:`ExplainJob.explain_batch`): engine, render
-and the atomic writes, straight into OUT. Only manifest records come back. OUT
-and the inputs must therefore be on a file system every worker sees at the same
-path (on one machine: always). Ray is imported only here, only for this engine.
+Each worker loads the model and traces the engine once, then runs the same stages
+as the local runner for a batch (explain, then render and the atomic writes,
+straight into OUT). Only manifest records come back. OUT and the inputs must
+therefore be on a file system every worker sees at the same path (on one machine:
+always). Ray is imported only here, only for this runner.
 """
 
 from __future__ import annotations
@@ -24,26 +24,24 @@ import os
 import pickle
 import time
 
-from guidedbp.cli.job import ExplainJob, Settings, Summary, batched
-from guidedbp.io.inputs import InputItem
-from guidedbp.io.manifest import ManifestWriter
+from guidedbp.pipeline import stages
+from guidedbp.pipeline.local import Delivery
+from guidedbp.pipeline.stages import Plan, Summary
 
-RAY_MISSING = "--engine ray needs Ray: pip install guidedbp[ray]"
+RAY_MISSING = "the Ray runner needs Ray: pip install 'guidedbp[ray]'"
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    """How a worker rebuilds the driver's model and explainers (picklable).
+    """How a worker rebuilds the driver's model (picklable).
 
     Attributes:
-        model: The MODEL argument.
-        load: Keyword arguments of ``load_model``.
-        explain: The command's options that :func:`build_explainers` reads.
+        model: The model spec (a path, a SavedModel folder, ``keras:NAME``, ``demo``).
+        load: Keyword arguments of :func:`guidedbp.load_model`.
     """
 
     model: str
     load: dict
-    explain: dict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +57,7 @@ class Cluster:
 
     address: str | None = None
     workers: int = 2
-    cpus_per_worker: float = 1.0
+    cpus_per_worker: int = 1
     gpus_per_worker: float = 0.0
 
 
@@ -73,17 +71,18 @@ def import_ray():
     return ray
 
 
-def run_on_ray(recipe: Recipe, loaded, settings: Settings, items: list[InputItem],
-               cluster: Cluster, progress=None) -> Summary:
+def run_on_ray(plan: Plan, recipe: Recipe, items: list, cluster: Cluster,
+               progress=None) -> Summary:
     """Explain ``items`` on Ray; the manifest is written by the driver, in input order.
 
-    ``loaded`` is the driver's model: its shape, preprocessing and labels tell the
-    decode tasks what to do (the tasks never receive the model itself).
-    A Ray instance already initialised in this process is used as it is; else one
-    is started (or joined, with ``cluster.address``) and shut down at the end.
+    The plan's feed tells the decode tasks what to do (the tasks never receive the
+    model itself). A Ray instance already initialised in this process is used as it
+    is; else one is started (or joined, with ``cluster.address``) and shut down at
+    the end.
     """
     ray = import_ray()
-    _quiet_ray_data(ray)
+    for name in ("ray.data", "ray"):  # guidedbp has its own progress report
+        logging.getLogger(name).setLevel(logging.WARNING)
     started = False
     if not ray.is_initialized():
         quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
@@ -93,26 +92,25 @@ def run_on_ray(recipe: Recipe, loaded, settings: Settings, items: list[InputItem
             local_cpus = max(os.cpu_count() or 1, int(cluster.workers * cluster.cpus_per_worker))
             ray.init(num_cpus=local_cpus, include_dashboard=False, **quiet)
         started = True
-    summary, start = Summary(), time.perf_counter()
+    summary = Summary(output=plan.output, manifest=plan.options.manifest)
+    start = time.perf_counter()
     # Workers may run in another folder (or machine): they get absolute paths, and the
     # records get back the paths as the user gave them.
-    remote = dataclasses.replace(settings, output=os.path.abspath(settings.output))
-    batches = batched(items, settings.batch_size)
+    remote = dataclasses.replace(plan, output=os.path.abspath(plan.output))
+    batches = stages.batched(items, plan.options.method.batch_size)
     rows = [{"batch": index, "items": pickle.dumps(
         [dataclasses.replace(item, path=os.path.abspath(item.path)) for item in batch])}
         for index, batch in enumerate(batches)]
-    job = ExplainJob(loaded, {}, settings, progress)
-    manifest = ManifestWriter(os.path.join(settings.output, settings.manifest))
+    delivery = Delivery(plan, summary, progress)
     try:
         dataset = (
             ray.data.from_items(rows)
-            .map(_prepare_row, fn_kwargs={"spec": dataclasses.replace(loaded, model=None),
-                                          "settings": remote},
+            .map(_prepare_row, fn_kwargs={"plan": remote},
                  # Decoding is light next to the engine; reserving no CPU lets it run
                  # beside actors that hold every CPU, and the task pool bounds it.
                  num_cpus=0, **_task_pool(ray, min(len(rows), max(2, cluster.workers))))
             .map(ExplainWorker,
-                 fn_constructor_kwargs={"recipe": recipe, "settings": remote,
+                 fn_constructor_kwargs={"recipe": recipe, "plan": remote,
                                         "threads": max(1, int(cluster.cpus_per_worker))},
                  compute=ray.data.ActorPoolStrategy(size=cluster.workers),
                  num_cpus=cluster.cpus_per_worker, num_gpus=cluster.gpus_per_worker)
@@ -123,10 +121,10 @@ def run_on_ray(recipe: Recipe, loaded, settings: Settings, items: list[InputItem
             while following in waiting:  # batches may finish out of order
                 for item, record in zip(batches[following], waiting.pop(following)):
                     record["input"] = item.path
-                    job.deliver(record, manifest, summary)
+                    delivery.deliver(record)
                 following += 1
     finally:
-        manifest.close()
+        delivery.close()
         if started:
             ray.shutdown()
     summary.seconds = time.perf_counter() - start
@@ -140,15 +138,9 @@ def _task_pool(ray, size: int) -> dict:
     return {"concurrency": size}
 
 
-def _quiet_ray_data(ray) -> None:
-    """Keep Ray Data's progress reports off the user's terminal: guidedbp has its own."""
-    for name in ("ray.data", "ray"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def _prepare_row(row: dict, spec, settings: Settings) -> dict:
+def _prepare_row(row: dict, plan: Plan) -> dict:
     """A decode task: one batch of inputs -> decoded, fitted, preprocessed."""
-    prepared = ExplainJob(spec, {}, settings).prepare_batch(pickle.loads(row["items"]))
+    prepared = [stages.prepare(plan, item) for item in pickle.loads(row["items"])]
     # Pickled: images of one batch differ in size, which Arrow tensor columns refuse.
     return {"batch": row["batch"], "prepared": pickle.dumps(prepared)}
 
@@ -156,27 +148,27 @@ def _prepare_row(row: dict, spec, settings: Settings) -> dict:
 class ExplainWorker:
     """A Ray actor: loads the model and traces the engine once, then explains batches."""
 
-    def __init__(self, recipe: Recipe, settings: Settings, threads: int = 1):
-        from guidedbp.cli.common import import_tensorflow
-
-        import_tensorflow()
+    def __init__(self, recipe: Recipe, plan: Plan, threads: int = 1):
         import tensorflow as tf
 
         # Before any op runs: N workers on N cores must not each start a core-wide pool.
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
-        from guidedbp.cli.explain import build_explainers
+        from guidedbp.api import Explainer
         from guidedbp.models.loading import load_model
 
         if str(recipe.load.get("weights")).lower() == "none":
-            # A random network (keras:NAME --weights none) is drawn once per process:
+            # A random network (keras:NAME, weights='none') is drawn once per process:
             # one seed makes every worker draw the same one.
             import keras
 
             keras.utils.set_random_seed(0)
         loaded = load_model(recipe.model, **recipe.load)
-        self.job = ExplainJob(loaded, build_explainers(loaded, recipe.explain), settings)
+        self.plan = plan
+        self.explainer = Explainer(loaded, plan.options.methods, options=plan.options.method)
 
     def __call__(self, row: dict) -> dict:
-        records = self.job.explain_batch(pickle.loads(row["prepared"]))
+        prepared = pickle.loads(row["prepared"])
+        explained = stages.explain(self.plan, self.explainer, prepared)
+        records = [stages.outcome(self.plan, p, explained.get(i)) for i, p in enumerate(prepared)]
         return {"batch": row["batch"], "records": json.dumps(records)}

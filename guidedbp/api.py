@@ -1,0 +1,95 @@
+"""The package's explainer: the engine's, plus model specs, preprocessing and class names.
+
+:class:`guidedbp.engine.explainer.Explainer` takes a traceable model and images in
+its input space, and knows nothing about files. This one also takes what
+:func:`guidedbp.load_model` takes (a ``.keras``/``.h5`` path, a SavedModel folder,
+``keras:NAME``, ``demo`` or a :class:`~guidedbp.models.loading.LoadedModel`), places
+the integrated-gradients baselines with the model's own preprocessing, and accepts
+class names as targets.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from guidedbp.engine import explainer as engine
+from guidedbp.errors import ArgumentError
+from guidedbp.models.labels import resolve_class
+from guidedbp.models.loading import LoadedModel, load_model
+from guidedbp.models.preprocess import PREPROCESS_MODES
+from guidedbp.models.preprocess import preprocess as pixels_to
+
+__all__ = ["Explainer", "saliency"]
+
+
+class Explainer(engine.Explainer):
+    """Saliency maps for a Keras image classifier, from a model or a model spec.
+
+    Everything :class:`guidedbp.engine.explainer.Explainer` does (see there for the
+    methods and their options), and:
+
+    - ``model`` may be any spec :func:`guidedbp.load_model` takes, or a
+      :class:`~guidedbp.models.loading.LoadedModel` (kept as :attr:`loaded`);
+    - black and white integrated-gradients baselines are the model's preprocessing
+      of black and white pixels (``preprocess=MODE`` overrides the model's own);
+    - ``target`` may name classes (``"tabby"``, or the unique start of a name) when
+      the model has class names.
+
+    >>> explainer = Explainer("demo", method=("guided", "gradcam"))  # doctest: +SKIP
+    >>> explainer.explain(images, target="circle").by_method.keys()  # doctest: +SKIP
+    dict_keys(['guided', 'gradcam'])
+    """
+
+    def __init__(self, model, method: str | Sequence[str] = "guided",
+                 batch_size: int | None = None, *, preprocess: str | None = None, **options):
+        loaded = None
+        if isinstance(model, (str, os.PathLike, LoadedModel)):
+            loaded = load_model(model)
+            preprocess = preprocess or loaded.preprocess
+            model = loaded.model
+        self.loaded: LoadedModel | None = loaded
+        if preprocess is not None:
+            if preprocess not in PREPROCESS_MODES:
+                raise ArgumentError(f"preprocess={preprocess!r} is not one of "
+                                    f"{', '.join(PREPROCESS_MODES)}")
+            options.setdefault("pixel_to_input", functools.partial(pixels_to, mode=preprocess))
+        super().__init__(model, method, batch_size, **options)
+
+    @property
+    def labels(self) -> list[str] | None:
+        """Class names, where the model has them."""
+        return None if self.loaded is None else self.loaded.labels
+
+    def explain(self, images, target=None) -> engine.Explanation:
+        """Every method's maps; ``target`` may also be a class name or a list of them."""
+        if _names_a_class(target):
+            images = np.asarray(images)
+            num_classes = self.report_for(images.shape[1:]).num_classes
+            if isinstance(target, str):
+                target = resolve_class(target, self.labels, num_classes)
+            else:
+                target = [resolve_class(t if isinstance(t, str) else int(t), self.labels,
+                                        num_classes) for t in target]
+        return super().explain(images, target)
+
+
+def _names_a_class(target) -> bool:
+    if isinstance(target, str):
+        return True
+    return isinstance(target, (list, tuple)) and any(isinstance(t, str) for t in target)
+
+
+def saliency(model, images, target=None, method: str = "guided", **options) -> np.ndarray:
+    """One-shot saliency maps: ``Explainer(model, method, **options)(images, target)``.
+
+    >>> import numpy as np, keras
+    >>> model = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Flatten(),
+    ...                           keras.layers.Dense(3, activation="softmax")])
+    >>> saliency(model, np.zeros((1, 4, 4, 1), np.float32), target=0).dtype
+    dtype('float32')
+    """
+    return Explainer(model, method=method, **options)(images, target)

@@ -1,0 +1,124 @@
+"""The traced body: one forward pass, then every requested method's gradients.
+
+The forward pass runs under the graph's ``gradient_override_map``, which points
+every ReLU-family op at the guided gradient. Each ReLU rule the requested methods
+need (plain, guided, deconvnet) then gets one ``tf.gradients`` call from the same
+forward pass: the rule is set on the ReLU ops just before its call and put back in
+``finally``. The plain call also yields Grad-CAM's feature-map gradient, so
+``vanilla,gradcam`` costs one forward and one backward pass, and
+``guided,vanilla,gradcam,guided-gradcam`` one forward and two backward passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from guidedbp.engine import _gradcam, _graph
+from guidedbp.engine.methods import RELU_RULES, method, swaps_relus
+from guidedbp.errors import ArgumentError
+
+#: Each ReLU rule and the registered gradient it maps ReLU ops to (None: their own).
+RULE_GRADIENT = {
+    "plain": None,
+    "guided": _graph.GUIDED_GRADIENT,
+    "deconvnet": _graph.DECONVNET_GRADIENT,
+}
+
+
+@dataclass
+class _Parts:
+    """The pieces a method's ``combine`` reads (see :class:`~guidedbp.engine.methods.Parts`)."""
+
+    input_gradient: tf.Tensor | None
+    cam: tf.Tensor | None
+
+
+def attribute(model, images, targets, methods: tuple[str, ...], report_methods: tuple[str, ...],
+              layer_path: list[str] | None, upsample: str):
+    """Trace ``model`` on ``images`` and compute ``methods``' maps from one forward pass.
+
+    Args:
+        model: The traceable callable.
+        images: float32 ``(N, H, W, C)`` placeholder.
+        targets: int32 ``(N,)`` classes; negative means the top-1 class.
+        methods: The methods to compute.
+        report_methods: The methods the report speaks for (the explainer's).
+        layer_path: Grad-CAM's layer (enclosing model names, then its own), or None.
+        upsample: Grad-CAM upsampling.
+
+    Returns:
+        ``(outputs, report)``: outputs is a dict with ``maps`` (method -> float32
+        maps), ``targets``, ``logits``, ``probabilities`` (the target's) and
+        ``class_probabilities``; report a :class:`~guidedbp.engine._graph.Report`.
+    """
+    records = [method(name) for name in methods]
+    rules = [rule for rule in RELU_RULES if any(r.relu_rule == rule for r in records)]
+    needs_cam = any(r.feature_map for r in records)
+    swapped = any(rule != "plain" for rule in rules)
+    graph = tf.compat.v1.get_default_graph()
+    override = {op_type: _graph.GUIDED_GRADIENT for op_type in _graph.RELU_OPS} if swapped else {}
+    with graph.gradient_override_map(override):
+        output = model(images, training=False)
+    if isinstance(output, (list, tuple, dict)):
+        raise ArgumentError("the model has several outputs; guidedbp explains one")
+    forward_ops = graph.get_operations()
+
+    logits, head, head_op = _graph.find_logits(output)
+    relus = _graph.relu_ops(forward_ops)
+    excluded = _graph.signed_compositions(relus)
+    excluded_names = {op.name for op in excluded}
+    _graph.set_gradient(excluded, None)  # PReLU parts keep their plain gradient, always
+    guided = [op for op in relus if op.name not in excluded_names]
+    guided_counts, plain = _graph.census(forward_ops, guided, excluded, head_op)
+    if logits.shape.rank != 2:
+        raise ArgumentError(
+            f"the model's output has shape {output.shape}; guidedbp expects (batch, classes)"
+        )
+    feature_map = None
+    if needs_cam:
+        feature_map = (_gradcam.feature_map_by_name(forward_ops, layer_path) if layer_path
+                       else _gradcam.default_feature_map(logits, images))
+    scores, probabilities = _graph.class_scores(logits, output, head)
+    report = _graph.Report(
+        method=",".join(report_methods),
+        guided_ops=guided_counts if swaps_relus(report_methods) else {},
+        plain_activations=plain,
+        head=head,
+        num_classes=int(scores.shape[-1]),
+        layer=None if feature_map is None else feature_map.op.name.rsplit("/", 1)[0],
+    )
+
+    chosen = tf.where(targets < 0, tf.argmax(scores, axis=-1, output_type=tf.int32), targets)
+    target_scores = tf.gather(scores, chosen, batch_dims=1)
+    score = tf.reduce_sum(target_scores)
+    input_gradients, cam = {}, None
+    calls = rules if not needs_cam or "plain" in rules else ["plain", *rules]
+    try:
+        for rule in calls:
+            _graph.set_gradient(guided, RULE_GRADIENT[rule])
+            wanted = [images] if rule in rules else []
+            if rule == "plain" and needs_cam:
+                wanted.append(feature_map)
+            gradients = tf.gradients(score, wanted, unconnected_gradients="zero")
+            if rule in rules:
+                input_gradients[rule] = tf.cast(gradients[0], tf.float32)
+            if rule == "plain" and needs_cam:
+                cam = _gradcam.grad_cam(feature_map, gradients[-1], tf.shape(images)[1:3],
+                                        upsample)
+    finally:  # the ops go back to the gradient they were created with
+        _graph.set_gradient(guided, RULE_GRADIENT["guided"] if swapped else None)
+    maps = {
+        record.name: tf.cast(record.combine(_Parts(input_gradients.get(record.relu_rule), cam)),
+                             tf.float32)
+        for record in records
+    }
+    outputs = {
+        "maps": maps,
+        "targets": chosen,
+        "logits": target_scores,
+        "probabilities": tf.gather(probabilities, chosen, batch_dims=1),
+        "class_probabilities": probabilities,
+    }
+    return outputs, report

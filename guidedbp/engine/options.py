@@ -1,0 +1,163 @@
+"""The attribution methods' options: frozen, picklable, defaults declared once.
+
+Grouped by concern: Grad-CAM's layer and upsampling, SmoothGrad's noise, integrated
+gradients' path. The CLI builds its flags from these fields (a test checks that
+every default and choice list agrees), and the Ray runner ships them as they are.
+Importing this module does not import TensorFlow.
+
+>>> from guidedbp.engine.options import MethodOptions
+>>> options = MethodOptions.of(smooth=8, layer="conv")
+>>> options.smoothgrad.smooth, options.gradcam.layer, options.batch_size
+(8, 'conv', 16)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from guidedbp.errors import ArgumentError
+
+#: Grad-CAM upsampling methods (``tf.image.resize`` names).
+UPSAMPLING = ("bilinear", "nearest")
+#: Integrated-gradients baselines by name; an array in input space also works.
+BASELINES = ("black", "white", "blur")
+#: Images (or noisy copies, or path steps) per forward/backward pass.
+DEFAULT_BATCH_SIZE = 16
+
+
+def _positive_int(name: str, value, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ArgumentError(f"{name}={value!r} must be {kind}")
+
+
+@dataclass(frozen=True)
+class GradCamOptions:
+    """Grad-CAM (and guided Grad-CAM) options.
+
+    Attributes:
+        layer: The feature-map layer's name; ``None``: the last layer with a 4-D
+            output before global pooling or flattening, inside nested models too.
+        upsample: How the coarse map is resized to the input: one of :data:`UPSAMPLING`.
+    """
+
+    layer: str | None = None
+    upsample: str = "bilinear"
+
+    def __post_init__(self):
+        if self.layer is not None and not isinstance(self.layer, str):
+            raise ArgumentError(f"layer={self.layer!r} must be a layer name")
+        if self.upsample not in UPSAMPLING:
+            raise ArgumentError(
+                f"upsample={self.upsample!r} is not one of {', '.join(UPSAMPLING)}"
+            )
+
+
+@dataclass(frozen=True)
+class SmoothGradOptions:
+    """SmoothGrad (Smilkov et al. 2017), on top of any method.
+
+    Attributes:
+        smooth: Noisy copies per image; 0 or 1 turns SmoothGrad off.
+        noise: Noise standard deviation, relative to each image's value range.
+        seed: Noise seed: same seed, same maps.
+    """
+
+    smooth: int = 0
+    noise: float = 0.15
+    seed: int = 0
+
+    def __post_init__(self):
+        _positive_int("smooth", self.smooth, minimum=0)
+        if isinstance(self.noise, bool) or not isinstance(self.noise, (int, float)) \
+                or not self.noise >= 0:
+            raise ArgumentError(f"noise={self.noise!r} must be a number >= 0")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ArgumentError(f"seed={self.seed!r} must be an integer")
+
+    @property
+    def active(self) -> bool:
+        return self.smooth > 1 and self.noise > 0
+
+
+@dataclass(frozen=True)
+class IntegratedGradientsOptions:
+    """Integrated gradients (Sundararajan et al. 2017).
+
+    Attributes:
+        steps: Riemann steps along the path.
+        baseline: ``"black"``, ``"white"``, ``"blur"`` (see :data:`BASELINES`), or an
+            array in the model's input space that broadcasts to the images.
+    """
+
+    steps: int = 32
+    baseline: object = "black"
+
+    def __post_init__(self):
+        _positive_int("steps", self.steps)
+        if isinstance(self.baseline, str) and self.baseline not in BASELINES:
+            raise ArgumentError(
+                f"baseline={self.baseline!r} is not one of {', '.join(BASELINES)} or an array"
+            )
+
+
+@dataclass(frozen=True)
+class MethodOptions:
+    """Every method's options, grouped by the methods they apply to.
+
+    Attributes:
+        batch_size: Images (or noisy copies, or path steps) per forward/backward
+            pass; bounds memory.
+        gradcam: :class:`GradCamOptions`.
+        smoothgrad: :class:`SmoothGradOptions`.
+        integrated_gradients: :class:`IntegratedGradientsOptions`.
+    """
+
+    batch_size: int = DEFAULT_BATCH_SIZE
+    gradcam: GradCamOptions = field(default_factory=GradCamOptions)
+    smoothgrad: SmoothGradOptions = field(default_factory=SmoothGradOptions)
+    integrated_gradients: IntegratedGradientsOptions = field(
+        default_factory=IntegratedGradientsOptions)
+
+    def __post_init__(self):
+        _positive_int("batch_size", self.batch_size)
+
+    @classmethod
+    def of(cls, options: MethodOptions | None = None, **fields) -> MethodOptions:
+        """``options`` (default: all defaults) with fields replaced by their flat names.
+
+        Flat names are the fields of the groups (``layer``, ``smooth``, ``steps``,
+        ...) and ``batch_size``; ``None`` for ``batch_size`` keeps the current value.
+
+        Raises:
+            ValueError: For an unknown name or a bad value.
+        """
+        options = options or cls()
+        if fields.get("batch_size", 0) is None:
+            fields.pop("batch_size")
+        groups: dict[str, dict] = {}
+        for name, value in fields.items():
+            group = _FLAT_NAMES.get(name)
+            if group is None:
+                known = ", ".join(sorted(_FLAT_NAMES))
+                raise ArgumentError(f"unknown option {name!r}: expected one of {known}")
+            groups.setdefault(group, {})[name] = value
+        top = groups.pop("", {})
+        replaced = {group: dataclasses.replace(getattr(options, group), **values)
+                    for group, values in groups.items()}
+        return dataclasses.replace(options, **top, **replaced)
+
+    def flat(self) -> dict:
+        """Every option by its flat name (the inverse of :meth:`of`)."""
+        values = {"batch_size": self.batch_size}
+        for group in _GROUPS:
+            values.update({f.name: getattr(getattr(self, group), f.name)
+                           for f in dataclasses.fields(_GROUPS[group])})
+        return values
+
+
+_GROUPS = {"gradcam": GradCamOptions, "smoothgrad": SmoothGradOptions,
+           "integrated_gradients": IntegratedGradientsOptions}
+_FLAT_NAMES = {"batch_size": "", **{f.name: group for group, kind in _GROUPS.items()
+                                    for f in dataclasses.fields(kind)}}

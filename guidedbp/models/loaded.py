@@ -1,0 +1,134 @@
+"""The loaded-model record: a callable model and what guidedbp needs to feed and label it.
+
+Every loader (:mod:`~guidedbp.models.keras_files`, :mod:`~guidedbp.models.savedmodel`,
+:mod:`~guidedbp.models.applications`, :mod:`~guidedbp.models.loading`) returns a
+:class:`LoadedModel`; :meth:`LoadedModel.from_keras` builds one around a ``keras.Model``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from guidedbp.errors import ModelLoadError
+from guidedbp.models.preprocess import PREPROCESS_MODES
+
+__all__ = ["DEFAULT_FILE_PREPROCESS", "FILE_PREPROCESS_SOURCE", "LoadedModel"]
+
+#: Preprocessing applied to models loaded from files unless the caller chooses one:
+#: raw 0-255 pixels, right for models that rescale inside (a Rescaling layer).
+DEFAULT_FILE_PREPROCESS = "none"
+#: The :attr:`LoadedModel.preprocess_source` of that default.
+FILE_PREPROCESS_SOURCE = "default for model files (raw 0-255 pixels)"
+
+# The modes worth suggesting for a model that does not rescale its input itself.
+_SCALING = [mode for mode in PREPROCESS_MODES if mode != DEFAULT_FILE_PREPROCESS]
+_SCALING_MODES = f"{', '.join(_SCALING[:-1])} or {_SCALING[-1]}"
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the engine, with what the CLI needs to feed and label it.
+
+    Attributes:
+        model: A callable ``model(images, training=False) -> (N, classes)`` that the
+            engine traces: a ``keras.Model`` or a
+            :class:`~guidedbp.models.frozen.FrozenGraph`.
+        source: The spec it was loaded from.
+        format: ``"keras"``, ``"h5"``, ``"savedmodel"``, ``"keras-application"``,
+            ``"demo"`` or ``"in-memory"``.
+        input_shape: ``(H, W, C)``, ``None`` for free dimensions.
+        preprocess: A :data:`~guidedbp.models.preprocess.PREPROCESS_MODES` entry.
+        preprocess_source: Why that preprocessing was chosen.
+        labels: Class names, or ``None``.
+        labels_source: Where the names come from.
+        notes: Things a user should know before trusting a map.
+    """
+
+    model: object
+    source: str
+    format: str
+    input_shape: tuple
+    preprocess: str
+    preprocess_source: str
+    labels: list[str] | None = None
+    labels_source: str = "none (class indices only)"
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_keras(cls, model, file_format: str, source: str) -> LoadedModel:
+        """Wrap a ``keras.Model`` (or any callable) that takes one ``(N, H, W, C)`` input.
+
+        Args:
+            model: The model; used as is, never copied or changed.
+            file_format: The :attr:`format` to record.
+            source: The :attr:`source` to record.
+
+        Returns:
+            A :class:`LoadedModel` with the file default preprocessing, and a note when
+            the model has no Rescaling or Normalization layer (except for
+            ``keras-application`` models, whose preprocessing is known).
+
+        Raises:
+            ModelLoadError: For a model with several inputs or non-image inputs.
+        """
+        try:
+            inputs = model.inputs
+        except (AttributeError, ValueError):
+            inputs = None
+        if inputs is not None and len(inputs) != 1:
+            raise ModelLoadError(
+                f"{source!r} has {len(inputs)} inputs; guidedbp explains one image input"
+            )
+        shape = tuple(inputs[0].shape[1:]) if inputs else (None, None, None)
+        if len(shape) != 3:
+            raise ModelLoadError(
+                f"{source!r} takes inputs of shape {shape}, not (H, W, C) images"
+            )
+        loaded = cls(
+            model=model,
+            source=source,
+            format=file_format,
+            input_shape=shape,
+            preprocess=DEFAULT_FILE_PREPROCESS,
+            preprocess_source=FILE_PREPROCESS_SOURCE,
+        )
+        if file_format != "keras-application" and not _rescales_itself(model):
+            loaded.notes.append(
+                "no Rescaling/Normalization layer at the input: if the model was trained on "
+                f"scaled pixels, pass preprocess=MODE ({_SCALING_MODES})"
+            )
+        return loaded
+
+    @property
+    def name(self) -> str:
+        """The model's own name, else the source's file name without its suffix."""
+        return getattr(self.model, "name", None) or Path(self.source).stem
+
+    @property
+    def input_dtype(self) -> str:
+        """The input's dtype name (``"float32"`` where the model does not say)."""
+        try:
+            dtype = self.model.inputs[0].dtype
+        except (AttributeError, IndexError, ValueError):
+            return "float32"
+        return getattr(dtype, "name", None) or str(dtype)
+
+    @property
+    def channels(self) -> int:
+        """Image channels the model takes: 1 or 3 (3 where the model leaves it free)."""
+        return self.input_shape[2] if self.input_shape[2] in (1, 3) else 3
+
+    def __call__(self, images, training: bool = False):
+        """The model's scores for ``images``: ``model(images, training=training)``."""
+        return self.model(images, training=training)
+
+
+def _rescales_itself(model) -> bool:
+    import keras
+
+    scalers = (keras.layers.Rescaling, keras.layers.Normalization)
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if isinstance(layer, scalers):
+            return True
+    return False

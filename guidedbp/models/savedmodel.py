@@ -1,0 +1,131 @@
+"""SavedModel signatures frozen into a :class:`~guidedbp.models.frozen.FrozenGraph`.
+
+One signature of a SavedModel folder is inlined, its variables frozen to constants,
+and the graph cut down to the chosen output, so the engine can trace it like a Keras
+model. Expected failures raise :class:`~guidedbp.errors.ModelLoadError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from guidedbp._text import one_line
+from guidedbp.errors import ModelLoadError
+from guidedbp.models.frozen import FrozenGraph, prune_graph_def
+from guidedbp.models.loaded import DEFAULT_FILE_PREPROCESS, FILE_PREPROCESS_SOURCE, LoadedModel
+
+__all__ = ["is_saved_model", "load_saved_model"]
+
+
+def is_saved_model(path: str | Path) -> bool:
+    """Whether ``path`` is a folder holding a SavedModel (``saved_model.pb`` or ``.pbtxt``)."""
+    path = Path(path)
+    return (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()
+
+
+def load_saved_model(
+    spec: str,
+    signature: str = "serving_default",
+    input_key: str | None = None,
+    output_key: str | None = None,
+) -> LoadedModel:
+    """Load one signature of a SavedModel folder as a :class:`FrozenGraph`.
+
+    Args:
+        spec: The SavedModel folder.
+        signature: The signature to explain.
+        input_key: The signature input holding the image, where it has several.
+        output_key: The signature output holding the class scores, where it has several.
+
+    Returns:
+        A :class:`~guidedbp.models.loaded.LoadedModel` of format ``"savedmodel"``.
+
+    Raises:
+        ModelLoadError: With a one-line reason: unreadable, no such signature or key,
+            a non-float or non-image input, or an output that needs other inputs.
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    try:
+        saved = tf.saved_model.load(spec)
+    except Exception as error:
+        raise ModelLoadError(
+            f"{spec!r} is not a readable SavedModel: {one_line(error, limit=200)}"
+        ) from error
+    signatures = dict(saved.signatures)
+    if signature not in signatures:
+        names = ", ".join(sorted(signatures)) or "none"
+        raise ModelLoadError(f"{spec!r} has no signature {signature!r} (it has: {names})")
+    function = signatures[signature]
+    input_specs = function.structured_input_signature[1]
+    in_key = _pick(spec, "input", input_specs, input_key, "input_key")
+    out_key = _pick(spec, "output", function.structured_outputs, output_key, "output_key")
+    input_spec = input_specs[in_key]
+    if not input_spec.dtype.is_floating:
+        raise ModelLoadError(
+            f"{spec!r} takes {input_spec.dtype.name} input {in_key!r}; gradients need a float input"
+        )
+    if input_spec.shape.rank != 4:
+        raise ModelLoadError(
+            f"{spec!r} input {in_key!r} has shape {input_spec.shape}, not (N, H, W, C) images"
+        )
+    try:
+        frozen = convert_variables_to_constants_v2(function)
+    except Exception as error:
+        raise ModelLoadError(
+            f"cannot inline {spec!r}'s graph: {one_line(error, limit=200)}"
+        ) from error
+    flat_inputs = tf.nest.flatten(function.structured_input_signature, expand_composites=True)
+    flat_names = [s.name for s in flat_inputs]
+    placeholder = frozen.inputs[flat_names.index(input_spec.name)]
+    # Frozen outputs come in tf.nest's flattening order of the signature's outputs.
+    output_keys = tf.nest.flatten({key: key for key in function.structured_outputs})
+    output = frozen.outputs[output_keys.index(out_key)]
+    graph_def = prune_graph_def(frozen.graph.as_graph_def(), output.op.name)
+    needed = {node.name for node in graph_def.node}
+    if placeholder.op.name not in needed:
+        raise ModelLoadError(
+            f"{spec!r} output {out_key!r} does not depend on input {in_key!r}: "
+            "choose the image input with input_key=KEY"
+        )
+    others = sorted(
+        name for name, tensor in zip(flat_names, frozen.inputs)
+        if tensor.op.name != placeholder.op.name and tensor.op.name in needed
+    )
+    if others:
+        raise ModelLoadError(
+            f"{spec!r} output {out_key!r} also needs input(s) {', '.join(others)}, which "
+            f"guidedbp cannot supply: export a signature whose only input is the image"
+        )
+    graph = FrozenGraph(
+        graph_def,
+        input_name=placeholder.name,
+        output_name=output.name,
+        input_spec=tf.TensorSpec((None, *input_spec.shape[1:]), input_spec.dtype),
+        name=Path(spec).name,
+    )
+    return LoadedModel(
+        model=graph,
+        source=spec,
+        format="savedmodel",
+        input_shape=tuple(input_spec.shape[1:]),
+        preprocess=DEFAULT_FILE_PREPROCESS,
+        preprocess_source=FILE_PREPROCESS_SOURCE,
+    )
+
+
+def _pick(spec: str, what: str, mapping: dict, key: str | None, parameter: str) -> str:
+    """The signature's only ``what`` (input or output), or ``key``, checked."""
+    keys = ", ".join(sorted(mapping))
+    if key is not None:
+        if key not in mapping:
+            raise ModelLoadError(f"{spec!r} has no {what} {key!r} (it has: {keys})")
+        return key
+    if len(mapping) != 1:
+        raise ModelLoadError(
+            f"{spec!r} has {len(mapping)} {what}s ({keys}): choose one with {parameter}=KEY"
+        )
+    return next(iter(mapping))

@@ -1,0 +1,125 @@
+"""The local runner: stream inputs through the stages in this process.
+
+Decoding runs one batch ahead and rendering/writing one batch behind the engine,
+in threads (TensorFlow, Pillow and zlib release the GIL), so the model is rarely
+idle. At most three batches are in memory at once, whatever the number of images.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from guidedbp.io.manifest import ManifestWriter
+from guidedbp.pipeline import stages
+from guidedbp.pipeline.stages import Plan, Prepared, Summary
+
+
+class Delivery:
+    """Where finished records go: the summary, the manifest and the progress bar, in
+    input order. Shared by every runner."""
+
+    def __init__(self, plan: Plan, summary: Summary, progress=None):
+        self.plan, self.summary, self.progress = plan, summary, progress
+        self.failed = False  # a record with status "error" was delivered
+        self._manifest = ManifestWriter(os.path.join(plan.output, plan.options.manifest))
+
+    def deliver(self, record: dict) -> None:
+        self.summary.count(record)
+        self.failed = self.failed or record["status"] == "error"
+        self._manifest.write(record)
+        if self.progress is not None:
+            self.progress.advance()
+
+    def close(self) -> None:
+        self._manifest.close()
+
+
+def run_local(plan: Plan, explainer, items: list, progress=None) -> Summary:
+    """Explain ``items`` into ``plan.output``; returns the run's summary.
+
+    The first Ctrl-C finishes the current batch and stops (the summary says
+    ``interrupted``); a second one raises ``KeyboardInterrupt`` at once. With
+    ``fail_fast`` the run stops after the first input that fails.
+    """
+    summary = Summary(output=plan.output, manifest=plan.options.manifest)
+    start = time.perf_counter()
+    fail_fast = plan.options.output.fail_fast
+    batches = stages.batched(items, plan.options.method.batch_size)
+    interrupt = _Interrupt()
+    delivery = Delivery(plan, summary, progress)
+    try:
+        with ThreadPoolExecutor(2, "guidedbp-decode") as decoders, \
+                ThreadPoolExecutor(2, "guidedbp-write") as writers:
+
+            def submit_decode(index: int) -> list[Future]:
+                if index >= len(batches) or interrupt.stopped:
+                    return []
+                return [decoders.submit(stages.prepare, plan, item) for item in batches[index]]
+
+            def finish(futures: list[Future]) -> None:
+                for future in futures:
+                    delivery.deliver(future.result())
+
+            pending: list[list[Future]] = []
+            upcoming = submit_decode(0)
+            for index in range(len(batches)):
+                prepared, halt = _up_to_failure([f.result() for f in upcoming], fail_fast)
+                upcoming = [] if halt else submit_decode(index + 1)
+                explained = stages.explain(plan, explainer, prepared)
+                prepared, failed = _up_to_failure(prepared, fail_fast)  # the engine's failures
+                pending.append([writers.submit(stages.outcome, plan, p, explained.get(i))
+                                for i, p in enumerate(prepared)])
+                if len(pending) > 1:  # keep one batch of writes in flight
+                    finish(pending.pop(0))
+                # A write failure shows only in its record: with fail_fast, stop after it.
+                if interrupt.stopped or halt or failed or (fail_fast and delivery.failed):
+                    break
+            for futures in pending:
+                finish(futures)
+            for future in upcoming:
+                future.cancel()
+    finally:
+        delivery.close()
+        interrupt.restore()
+    summary.interrupted = interrupt.stopped
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def _up_to_failure(prepared: list[Prepared], fail_fast: bool) -> tuple[list[Prepared], bool]:
+    """With fail_fast: the batch up to its first failed input, and whether one failed."""
+    if fail_fast:
+        for position, item in enumerate(prepared):
+            if item.error is not None:
+                return prepared[: position + 1], True
+    return prepared, False
+
+
+class _Interrupt:
+    """First Ctrl-C: finish the current batch and stop. Second: stop at once.
+
+    Outside the main thread (embedded use) SIGINT is left alone.
+    """
+
+    def __init__(self):
+        self.stopped = False
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        except ValueError:
+            self._installed = False
+
+    def _handle(self, signum, frame) -> None:
+        if self.stopped:
+            raise KeyboardInterrupt
+        self.stopped = True
+        print("\ninterrupted: finishing the current batch (Ctrl-C again to abort)",
+              file=sys.stderr, flush=True)
+
+    def restore(self) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)

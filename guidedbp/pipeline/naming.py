@@ -1,0 +1,73 @@
+"""How an explain run names its outputs: one rule, written down once.
+
+Under OUT, each input's outputs sit at its output stem (its path below the folder
+it was found in, see :mod:`guidedbp.io.inputs`)::
+
+    STEM[.CLASS].METHOD.RENDER.png   one per method and render (CLASS with classes/top_k)
+    STEM[.CLASS].panel.png           with several methods and the panel render
+    STEM[.CLASS].METHOD.npy          with raw: the float32 map at model resolution
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+def class_slug(index: int, labels) -> str:
+    """``281-tabby`` (or ``281`` without labels): the class part of an output name."""
+    if labels is None or index >= len(labels):
+        return str(index)
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", labels[index]).strip("-").lower()
+    return f"{index}-{slug}" if slug else str(index)
+
+
+def label_of(target: int, labels) -> str | None:
+    """Class ``target``'s name, or ``None`` without one."""
+    return labels[target] if labels is not None and target < len(labels) else None
+
+
+@dataclass(frozen=True)
+class Naming:
+    """Output paths, relative to OUT, for a run's methods and renders.
+
+    Attributes:
+        methods: The run's methods, in order.
+        renders: The run's renders, in order.
+        raw: Whether float32 maps are saved too.
+        labels: Class names, or ``None``.
+        named: Whether file names carry the class (explicit classes or top-k).
+    """
+
+    methods: tuple[str, ...]
+    renders: tuple[str, ...]
+    raw: bool = False
+    labels: tuple[str, ...] | None = None
+    named: bool = False
+
+    def paths(self, stem: str, target: int | None) -> tuple[dict, str | dict | None]:
+        """``(outputs, raw)`` for one input's stem and class.
+
+        One method: ``render -> STEM.METHOD.RENDER.png`` and raw ``STEM.METHOD.npy``.
+        Several: ``METHOD.RENDER -> STEM.METHOD.RENDER.png`` for each, one comparison
+        ``panel -> STEM.panel.png``, and raw as ``method -> path``.
+        """
+        if self.named and target is not None:
+            stem = f"{stem}.{class_slug(target, self.labels)}"
+        methods, renders = self.methods, self.renders
+        if len(methods) == 1:
+            outputs = {name: f"{stem}.{methods[0]}.{name}.png" for name in renders}
+            return outputs, (f"{stem}.{methods[0]}.npy" if self.raw else None)
+        outputs = {f"{method}.{name}": f"{stem}.{method}.{name}.png"
+                   for method in methods for name in renders if name != "panel"}
+        if "panel" in renders:
+            outputs["panel"] = f"{stem}.panel.png"
+        return outputs, ({m: f"{stem}.{m}.npy" for m in methods} if self.raw else None)
+
+    def raw_items(self, raw) -> list[tuple[str, str]]:
+        """``(method, path)`` of each raw map in a ``paths`` result."""
+        if raw is None:
+            return []
+        if isinstance(raw, str):
+            return [(self.methods[0], raw)]
+        return list(raw.items())

@@ -1,0 +1,179 @@
+"""Everything an explain run is asked to do: one frozen, picklable object.
+
+:class:`RunOptions` groups the options by concern: the methods and their options
+(:class:`~guidedbp.engine.options.MethodOptions`), the classes to explain, how
+inputs are read and fitted, how maps are drawn
+(:class:`~guidedbp.render.options.RenderOptions`) and what is written. Every
+default is declared here once; ``guidedbp explain`` builds its flags from these
+fields (a test checks that they agree) and the Ray runner ships the object as it
+is. Every field has a unique flat name, which is also the keyword
+:func:`guidedbp.explain_files` takes and, with dashes, the CLI flag.
+
+>>> from guidedbp.pipeline.options import RunOptions
+>>> options = RunOptions.of(methods="guided,gradcam", top_k=3, renders="panel")
+>>> options.methods, options.classes.top_k, options.render.renders
+(('guided', 'gradcam'), 3, ('panel',))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from guidedbp.engine.methods import as_methods
+from guidedbp.engine.options import MethodOptions
+from guidedbp.errors import ArgumentError
+from guidedbp.io.shard import manifest_name
+from guidedbp.models.preprocess import RESIZE_MODES
+from guidedbp.render.options import RenderOptions
+
+#: Where ``guidedbp explain`` writes when no OUT is given.
+DEFAULT_OUTPUT = "guidedbp-out"
+#: The manifest's file name under OUT (shards name theirs ``manifest-K-of-N.jsonl``).
+MANIFEST = "manifest.jsonl"
+
+
+@dataclass(frozen=True)
+class ClassOptions:
+    """Which classes each image is explained for.
+
+    Attributes:
+        classes: Classes by index or name, the same for every image; empty: the
+            top-1 class (or the top ``top_k``).
+        top_k: Explain each image's ``top_k`` most probable classes.
+    """
+
+    classes: tuple = ()
+    top_k: int | None = None
+
+    def __post_init__(self):
+        if isinstance(self.classes, (str, int)):
+            object.__setattr__(self, "classes", (self.classes,))
+        else:
+            object.__setattr__(self, "classes", tuple(self.classes))
+        if self.top_k is not None and (isinstance(self.top_k, bool)
+                                       or not isinstance(self.top_k, int) or self.top_k < 1):
+            raise ArgumentError(f"top_k={self.top_k!r} must be a positive integer or None")
+        if self.classes and self.top_k:
+            raise ArgumentError("classes and top_k cannot be used together")
+
+
+@dataclass(frozen=True)
+class InputOptions:
+    """Which files are read and how each is fitted to the model.
+
+    Attributes:
+        recursive: Walk folders recursively.
+        size: ``(H, W)`` for models with free spatial dimensions; ``None``: each
+            image's own size.
+        resize: How an image is fitted to the model's input size, one of
+            :data:`~guidedbp.models.preprocess.RESIZE_MODES`.
+        shard: ``(K, N)``: explain only shard K of N (a stable hash of each input's
+            output name), writing ``manifest-K-of-N.jsonl``.
+    """
+
+    recursive: bool = True
+    size: tuple[int, int] | None = None
+    resize: str = "stretch"
+    shard: tuple[int, int] | None = None
+
+    def __post_init__(self):
+        if self.resize not in RESIZE_MODES:
+            raise ArgumentError(f"resize={self.resize!r} is not one of {', '.join(RESIZE_MODES)}")
+        if self.size is not None:
+            object.__setattr__(self, "size", tuple(self.size))
+            if len(self.size) != 2 or not all(isinstance(v, int) and v > 0 for v in self.size):
+                raise ArgumentError(f"size={self.size!r} must be (height, width) in pixels")
+        if self.shard is not None:
+            object.__setattr__(self, "shard", tuple(self.shard))
+            if len(self.shard) != 2 or not 0 <= self.shard[0] < self.shard[1]:
+                raise ArgumentError(f"shard={self.shard!r} must be (K, N) with 0 <= K < N")
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """What is written under OUT besides the rendered PNGs.
+
+    Attributes:
+        raw: Also save each float32 map (model resolution) as ``.npy``.
+        skip_existing: Resume: inputs whose outputs all exist are not recomputed.
+        fail_fast: Stop at the first input that fails.
+    """
+
+    raw: bool = False
+    skip_existing: bool = False
+    fail_fast: bool = False
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """An explain run's options, grouped by concern.
+
+    Attributes:
+        methods: Method names of :data:`guidedbp.METHODS`, in order.
+        method: Their options.
+        classes: :class:`ClassOptions`.
+        inputs: :class:`InputOptions`.
+        render: :class:`~guidedbp.render.options.RenderOptions`.
+        output: :class:`OutputOptions`.
+    """
+
+    methods: tuple[str, ...] = ("guided",)
+    method: MethodOptions = field(default_factory=MethodOptions)
+    classes: ClassOptions = field(default_factory=ClassOptions)
+    inputs: InputOptions = field(default_factory=InputOptions)
+    render: RenderOptions = field(default_factory=RenderOptions)
+    output: OutputOptions = field(default_factory=OutputOptions)
+
+    def __post_init__(self):
+        object.__setattr__(self, "methods", as_methods(self.methods))
+
+    @classmethod
+    def of(cls, options: RunOptions | None = None, **fields) -> RunOptions:
+        """``options`` (default: all defaults) with fields replaced by their flat names.
+
+        Flat names: ``methods``, every :class:`MethodOptions` name (``batch_size``,
+        ``layer``, ``smooth``, ...), and the fields of the other groups
+        (``top_k``, ``renders``, ``raw``, ...).
+
+        Raises:
+            ArgumentError: For an unknown name or a bad value.
+        """
+        options = options or cls()
+        top: dict = {}
+        grouped: dict[str, dict] = {}
+        method_fields = {}
+        for name, value in fields.items():
+            if name == "methods":
+                top[name] = value
+            elif name in _METHOD_NAMES:
+                method_fields[name] = value
+            elif name in _FLAT_NAMES:
+                grouped.setdefault(_FLAT_NAMES[name], {})[name] = value
+            else:
+                known = ", ".join(sorted({"methods", *_METHOD_NAMES, *_FLAT_NAMES}))
+                raise ArgumentError(f"unknown option {name!r}: expected one of {known}")
+        if method_fields:
+            top["method"] = MethodOptions.of(options.method, **method_fields)
+        for group, values in grouped.items():
+            top[group] = dataclasses.replace(getattr(options, group), **values)
+        return dataclasses.replace(options, **top)
+
+    def flat(self) -> dict:
+        """Every option by its flat name (the inverse of :meth:`of`)."""
+        values = {"methods": self.methods, **self.method.flat()}
+        for group in _GROUPS:
+            values.update({f.name: getattr(getattr(self, group), f.name)
+                           for f in dataclasses.fields(_GROUPS[group])})
+        return values
+
+    @property
+    def manifest(self) -> str:
+        """The manifest's file name under OUT."""
+        return MANIFEST if self.inputs.shard is None else manifest_name(*self.inputs.shard)
+
+
+_GROUPS = {"classes": ClassOptions, "inputs": InputOptions, "render": RenderOptions,
+           "output": OutputOptions}
+_FLAT_NAMES = {f.name: group for group, kind in _GROUPS.items() for f in dataclasses.fields(kind)}
+_METHOD_NAMES = set(MethodOptions().flat())

@@ -1,0 +1,326 @@
+"""The explain pipeline's stages, as plain functions of a picklable :class:`Plan`.
+
+    list inputs -> prepare (decode, fit, preprocess) -> explain (engine)
+                -> outcome (render, write) -> manifest record
+
+Every runner (the local streaming runner, the Ray runner) calls these same
+functions; only where and when they run differs. A stage needs the plan and its
+own inputs, never a runner's object: decoding needs the model's input shape and
+preprocessing (in the plan), explaining needs an explainer, writing needs neither.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from guidedbp._text import one_line
+from guidedbp.engine.methods import method
+from guidedbp.io.images import ImageError, decode_image
+from guidedbp.io.inputs import InputItem
+from guidedbp.io.write import save_npy, save_png
+from guidedbp.models.preprocess import prepare as fit_and_preprocess
+from guidedbp.pipeline.naming import Naming, label_of
+from guidedbp.pipeline.options import RunOptions
+from guidedbp.render import render, render_panel
+
+
+@dataclass(frozen=True)
+class Feed:
+    """What decoding needs to know of the model (picklable: no model inside).
+
+    Attributes:
+        input_shape: ``(H, W, C)``, ``None`` for free dimensions.
+        channels: Image channels the model takes (1 or 3).
+        preprocess: The preprocessing mode.
+        labels: Class names, or ``None``.
+    """
+
+    input_shape: tuple
+    channels: int
+    preprocess: str
+    labels: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, loaded) -> Feed:
+        """The feed of a :class:`~guidedbp.models.loading.LoadedModel`."""
+        labels = None if loaded.labels is None else tuple(loaded.labels)
+        return cls(tuple(loaded.input_shape), loaded.channels, loaded.preprocess, labels)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every stage of one run reads.
+
+    Attributes:
+        output: OUT.
+        options: The run's :class:`~guidedbp.pipeline.options.RunOptions`.
+        feed: The model's :class:`Feed`.
+        classes: The explicit classes, resolved to indices (empty: top-1 or top-k).
+    """
+
+    output: str
+    options: RunOptions
+    feed: Feed
+    classes: tuple[int, ...] = ()
+
+    @property
+    def naming(self) -> Naming:
+        options = self.options
+        return Naming(options.methods, options.render.renders, options.output.raw,
+                      self.feed.labels, bool(self.classes or options.classes.top_k))
+
+
+@dataclass
+class Prepared:
+    """One input after decoding: its pictures and model input, or why it failed."""
+
+    item: InputItem
+    original: np.ndarray | None = None  # decoded uint8 (H0, W0, C)
+    fitted: np.ndarray | None = None  # uint8 at model resolution
+    placement: object = None
+    model_input: np.ndarray | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Explained:
+    """One class's maps for one input."""
+
+    target: int
+    probability: float
+    maps: dict  # method -> float32 map at model resolution
+
+
+@dataclass
+class Summary:
+    """What a run did."""
+
+    done: int = 0
+    skipped: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    interrupted: bool = False
+    seconds: float = 0.0
+    passed_over: int = 0
+    output: str = ""
+    manifest: str = "manifest.jsonl"
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        return 1 if self.failures else 0
+
+    def count(self, record: dict) -> None:
+        """Count one input's manifest record."""
+        if record["status"] == "error":
+            self.failures.append((record["input"], record["error"]))
+        elif record["status"] == "skipped":
+            self.skipped += 1
+        else:
+            self.done += 1
+
+
+def batched(items: list, size: int) -> list[list]:
+    """The engine's batches, in input order. Every runner forms the same ones: a map can
+    differ in its last bits with the batch it was computed in, and outputs must not."""
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+# -- prepare -----------------------------------------------------------------------------
+
+
+def existing(plan: Plan, item: InputItem) -> list[dict] | None:
+    """The targets of an input whose outputs are all on disk already, or None."""
+    if plan.options.classes.top_k:
+        return None  # names depend on the predicted classes
+    naming, labels, found = plan.naming, plan.feed.labels, []
+    for target in plan.classes or [None]:
+        outputs, raw = naming.paths(item.output_stem, target)
+        paths = list(outputs.values()) + [path for _, path in naming.raw_items(raw)]
+        if not all(os.path.isfile(os.path.join(plan.output, p)) for p in paths):
+            return None
+        label = None if target is None else label_of(target, labels)
+        found.append({"class": target, "label": label, "score": None,
+                      "outputs": outputs, "raw": raw})
+    return found
+
+
+def prepare(plan: Plan, item: InputItem) -> Prepared:
+    """Decode, fit and preprocess one input (or leave it for ``outcome`` to skip)."""
+    prepared = Prepared(item)
+    if plan.options.output.skip_existing and existing(plan, item) is not None:
+        return prepared  # neither decoded nor computed
+    try:
+        image = decode_image(item.path, channels=plan.feed.channels)
+    except ImageError as error:
+        prepared.error = error.reason
+        return prepared
+    prepared.original = image
+    inputs = plan.options.inputs
+    prepared.fitted, prepared.placement, prepared.model_input = fit_and_preprocess(
+        image, plan.feed.input_shape, plan.feed.preprocess, inputs.size, inputs.resize,
+    )
+    return prepared
+
+
+# -- explain -----------------------------------------------------------------------------
+
+
+def explain(plan: Plan, explainer, batch: list[Prepared]) -> dict[int, list[Explained]]:
+    """Maps for each decoded item of a batch: position -> one :class:`Explained` per class.
+
+    Images of one shape go through the engine together. An image the model cannot
+    take (a free-size model given an image smaller than its kernels) fails alone:
+    its ``error`` is set and the others are explained.
+    """
+    results: dict[int, list[Explained]] = {}
+    groups: dict[tuple, list[int]] = {}
+    for position, prepared in enumerate(batch):
+        if prepared.model_input is not None:
+            groups.setdefault(prepared.model_input.shape, []).append(position)
+    for positions in groups.values():
+        _explain_group(plan, explainer, batch, positions, results)
+    return results
+
+
+def _explain_group(plan, explainer, batch, positions, results) -> None:
+    images = np.stack([batch[p].model_input for p in positions])
+    try:
+        explained = _targets(plan, explainer, images)
+    # The engine raises TensorFlow's own error types for an input the model cannot
+    # take; the pipeline stays free of TensorFlow names, so any error counts. It fails
+    # that image, not the run.
+    except Exception as error:
+        if len(positions) > 1:  # find the image(s) to blame: retry one by one
+            for position in positions:
+                _explain_group(plan, explainer, batch, [position], results)
+            return
+        prepared = batch[positions[0]]
+        height, width = prepared.model_input.shape[:2]
+        prepared.error = (f"the model cannot take this image ({height}x{width} at its "
+                          f"input): {engine_reason(error)}")
+        return
+    for position, targets in zip(positions, explained):
+        results[position] = targets
+
+
+def _targets(plan: Plan, explainer, images: np.ndarray) -> list[list[Explained]]:
+    """Per image, one :class:`Explained` per class: every method from one engine call."""
+    per_image: list[list[Explained]] = [[] for _ in images]
+
+    def add(target):
+        explanation = explainer.explain(images, target)
+        for index, row in enumerate(per_image):
+            row.append(Explained(int(explanation.targets[index]),
+                                 float(explanation.probabilities[index]),
+                                 {m: maps[index] for m, maps in explanation.by_method.items()}))
+        return explanation
+
+    if plan.classes:
+        for target in plan.classes:
+            add(target)
+        return per_image
+    first = add(None)
+    top_k = plan.options.classes.top_k
+    if top_k and top_k > 1:
+        ranked = np.argsort(-first.class_probabilities, axis=1, kind="stable")
+        # The top-1 map is already made; the others follow it in probability order,
+        # never repeating it when two probabilities tie.
+        others = np.stack([row[row != top] for row, top in zip(ranked, first.targets)])
+        for rank in range(min(top_k, ranked.shape[1]) - 1):
+            add(others[:, rank])
+    return per_image
+
+
+def engine_reason(error: BaseException) -> str:
+    """The line that says what went wrong in a TensorFlow error, without its op trace."""
+    skipped = ("File ", "Graph execution error", "Detected at node", "[[")
+    lines = [line.strip() for line in str(error).splitlines()]
+    useful = [line for line in lines if line and not line.startswith(skipped)]
+    return one_line(useful[0], limit=200) if useful else type(error).__name__
+
+
+# -- write -------------------------------------------------------------------------------
+
+
+def outcome(plan: Plan, prepared: Prepared, explained: list[Explained] | None) -> dict:
+    """Write one input's outputs and return its manifest record.
+
+    ``explained`` is the input's entry of :func:`explain`, ``None`` when it has none:
+    it failed (``prepared.error``) or was skipped (outputs already there). A failed
+    write (disk full, permissions) fails that input, not the run.
+    """
+    item = prepared.item
+    if prepared.error is not None:
+        return record(plan, item, "error", prepared.error, [])
+    if explained is None:
+        return record(plan, item, "skipped", None, existing(plan, item) or [])
+    try:
+        return _write(plan, prepared, explained)
+    except (OSError, ValueError) as error:
+        return record(plan, item, "error", one_line(error), [])
+
+
+def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
+    options, labels, naming = plan.options, plan.feed.labels, plan.naming
+    style = options.render.style
+    targets = []
+    for entry in explained:
+        outputs, raw = naming.paths(prepared.item.output_stem, entry.target)
+        if options.render.output_size == "original":
+            shown = {m: prepared.placement.to_original(v) for m, v in entry.maps.items()}
+            picture = prepared.original
+        else:
+            shown, picture = entry.maps, prepared.fitted
+        label = label_of(entry.target, labels)
+        named_class = f"{label} (class {entry.target})" if label else f"class {entry.target}"
+        caption = f"{named_class} p={entry.probability:.3f}"
+        if len(options.methods) == 1:  # a comparison panel captions its columns instead
+            caption += f" {options.methods[0]}"
+        for key, relative in outputs.items():
+            if key == "panel" and len(shown) > 1:
+                array = comparison_panel(shown, picture, caption, style)
+            else:
+                name_of_method, _, name = key.rpartition(".")
+                array = render(name, shown[name_of_method or options.methods[0]], picture,
+                               caption=caption, **style)
+            save_png(os.path.join(plan.output, relative), array)
+        for name_of_method, relative in naming.raw_items(raw):
+            save_npy(os.path.join(plan.output, relative),
+                     entry.maps[name_of_method].astype(np.float32))
+        targets.append({"class": entry.target, "label": label,
+                        "score": round(entry.probability, 6), "outputs": outputs, "raw": raw})
+    return record(plan, prepared.item, "ok", None, targets)
+
+
+def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict) -> np.ndarray:
+    """The original, then one captioned column per method.
+
+    Signed maps (gradients) show as the signed ``color`` render; a non-negative
+    coarse map (Grad-CAM) as its ``overlay`` on the picture.
+    """
+    columns = [("original", picture)]
+    for name, saliency in maps.items():
+        drawn = "color" if method(name).signed else "overlay"
+        columns.append((name, render(drawn, saliency, picture, **style)))
+    return render_panel(columns, caption=caption)
+
+
+def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict]) -> dict:
+    """One input's manifest record; the first target's fields are repeated at the top."""
+    first = targets[0] if targets else {}
+    return {
+        "input": item.path,
+        "status": status,
+        "error": error,
+        "class": first.get("class"),
+        "label": first.get("label"),
+        "score": first.get("score"),
+        "method": ",".join(plan.options.methods),
+        "outputs": first.get("outputs", {}),
+        "raw": first.get("raw"),
+        "targets": targets,
+    }

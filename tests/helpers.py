@@ -1,0 +1,78 @@
+"""Helpers shared by the test modules: running the CLI in-process, its one-line errors, noise.
+
+numpy and click only at import time (``guidedbp.cli`` is imported when a command runs), so
+the fast, TensorFlow-free test modules can use them too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from click.testing import CliRunner, Result
+
+
+def run_cli(*args, code: int | None = None, **invoke_options) -> Result:
+    """Run ``guidedbp ARGS`` in-process with click's runner; stdout and stderr are kept apart.
+
+    Args:
+        *args: The command line after ``guidedbp``; each is passed through ``str`` (so
+            paths and numbers may be given as they are).
+        code: When given, the exit code the run must end with (asserted, with its output
+            and exception in the message).
+        **invoke_options: Passed on to ``CliRunner.invoke`` (``input``, ``env``,
+            ``catch_exceptions``...).
+
+    Returns:
+        Click's ``Result``: ``exit_code``, ``stdout``, ``stderr``, ``output`` (both),
+        ``exception``.
+    """
+    from guidedbp.cli import main
+
+    result = CliRunner().invoke(main, [str(arg) for arg in args], **invoke_options)
+    if code is not None:
+        assert result.exit_code == code, (result.exit_code, result.output, result.exception)
+    return result
+
+
+def assert_one_line_error(result: Result, *fragments: str, code: int = 2) -> str:
+    """An expected failure through the CLI: exit ``code`` (2, usage, unless told otherwise),
+    one ``Error:`` line on stderr and nothing else (no stdout, no traceback), each of
+    ``fragments`` in that line.
+
+    Returns:
+        The error line, for callers that compare it whole.
+    """
+    assert result.exit_code == code, (result.exit_code, result.output, result.exception)
+    assert "Traceback" not in result.output, result.output
+    assert result.stdout == "", result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def noise(height: int, width: int, channels: int = 3, seed: int = 0) -> np.ndarray:
+    """Uniform random uint8 pixels, reproducible from ``seed``.
+
+    Returns:
+        An array of shape (height, width, channels), or (height, width) for one channel.
+    """
+    shape = (height, width, channels) if channels > 1 else (height, width)
+    return np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
+
+
+def tinted_noise(height: int, width: int, channels: int = 3, seed: int = 0) -> np.ndarray:
+    """Photo-like uint8 pixels: a ramp in a random tint plus noise, reproducible from ``seed``.
+
+    Unlike :func:`noise`, each image has its own colour balance, so a model that looks at
+    colour ranks the classes differently from one image to the next.
+
+    Returns:
+        An array of shape (height, width, channels), or (height, width) for one channel.
+    """
+    rng = np.random.default_rng(seed)
+    ramp = np.linspace(0, 160, width)[None, :, None] + np.linspace(0, 60, height)[:, None, None]
+    tint = rng.uniform(0.1, 1.0, channels)  # each image its own colour balance
+    values = ramp * tint + rng.integers(0, 96, (height, width, channels))
+    pixels = np.clip(values, 0, 255).astype(np.uint8)
+    return pixels if channels > 1 else pixels[..., 0]

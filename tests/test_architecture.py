@@ -1,0 +1,319 @@
+"""The shape of the package: who may import whom, read from the source with ``ast``.
+
+Every ``import`` and ``from ... import`` counts, at any depth (inside functions too:
+an import deferred to call time still ties two modules together). Edges are the
+modules named, not their parent packages: ``from guidedbp.x import y`` is an edge to
+``guidedbp.x.y`` when ``y`` is a submodule, else to ``guidedbp.x``. So a package
+``__init__`` that re-exports its submodules is an edge like any other, and a submodule
+that imports a sibling directly makes no cycle with its package. guidedbp/__init__.py's
+lazy table is strings, not imports, and is not read.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: Rooms the engine must not import, directly or through another module.
+NOT_FOR_ENGINE = ("guidedbp.models", "guidedbp.io", "guidedbp.render", "guidedbp.cli",
+                  "guidedbp.checks", "guidedbp.pipeline", "guidedbp.demo")
+#: Top-level packages that pull TensorFlow in.
+TENSORFLOW = ("tensorflow", "keras", "tf_keras")
+
+
+@dataclass(repr=False)
+class Graph:
+    """Imports among one package's modules.
+
+    Attributes:
+        files: Module name -> its source file, relative to the package's parent folder.
+        edges: Module -> {imported module of the package: line of the first such import}.
+        external: Module -> {top-level name of an outside package: line of the first import}.
+    """
+
+    files: dict[str, Path] = field(default_factory=dict)
+    edges: dict[str, dict[str, int]] = field(default_factory=dict)
+    external: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"<Graph of {len(self.files)} modules>"
+
+    def where(self, source: str, target: str) -> str:
+        """``file:line`` of the first import of ``target`` (a module or an outside
+        package) in ``source``."""
+        line = self.edges[source].get(target) or self.external[source].get(target)
+        return f"{self.files[source].as_posix()}:{line}"
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def build_graph(root: Path) -> Graph:
+    """The import graph of the package in folder ``root`` (its name is the folder's)."""
+    graph = Graph()
+    for path in sorted(root.rglob("*.py")):
+        graph.files[module_name(path, root)] = path.relative_to(root.parent)
+    package = root.name
+    for name, path in graph.files.items():
+        graph.edges[name], graph.external[name] = {}, {}
+        own_package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        source = (root.parent / path).read_text()
+        for node in ast.walk(ast.parse(source, str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = own_package.split(".")
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                # A name that is a submodule is an import of that module, else of ``base``.
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in graph.files
+                           else base for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if target == package or target.startswith(package + "."):
+                    target = _nearest_module(target, graph.files)
+                    if target != name:
+                        _note(graph.edges[name], target, node.lineno)
+                else:
+                    _note(graph.external[name], target.split(".")[0], node.lineno)
+    return graph
+
+
+def _note(lines: dict[str, int], target: str, line: int) -> None:
+    # ast.walk goes breadth first, not in line order: keep the earliest line.
+    lines[target] = min(line, lines.get(target, line))
+
+
+def _nearest_module(dotted: str, modules) -> str:
+    """``dotted`` itself, or its longest prefix that is a module (``import a.b.c as x``)."""
+    while dotted not in modules and "." in dotted:
+        dotted = dotted.rpartition(".")[0]
+    return dotted
+
+
+def import_groups(graph: Graph) -> list[list[str]]:
+    """The groups of two or more modules that import each other, directly or round a
+    loop (Tarjan's strongly connected components), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.edges[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph.edges):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def cycles(graph: Graph) -> list[list[str]]:
+    """One shortest loop (its first module repeated at the end) per :func:`import_groups`."""
+    return [shortest_path(graph, group[0], lambda module, start=group[0]: module == start,
+                          within=set(group), skip_start=True) for group in import_groups(graph)]
+
+
+def shortest_path(graph: Graph, start: str, is_goal, within=None,
+                  skip_start: bool = False) -> list[str] | None:
+    """The shortest import chain from ``start`` to a module for which ``is_goal`` holds."""
+    parents: dict[str, str | None] = {start: None}
+    queue = deque([start])
+    if not skip_start and is_goal(start):
+        return [start]
+    while queue:
+        node = queue.popleft()
+        for target in sorted(graph.edges[node]):
+            if within is not None and target not in within:
+                continue
+            if is_goal(target):
+                path = [target, node]
+                while parents[path[-1]] is not None:
+                    path.append(parents[path[-1]])
+                return path[::-1]
+            if target not in parents:
+                parents[target] = node
+                queue.append(target)
+    return None
+
+
+def describe(graph: Graph, path: list[str]) -> str:
+    """``a -> b -> c`` with where each import is."""
+    steps = [f"{source} -> {target} ({graph.where(source, target)})"
+             for source, target in zip(path, path[1:])]
+    return " -> ".join(path) + "\n    " + "\n    ".join(steps)
+
+
+def heavy_imports(graph: Graph, module: str) -> list[str]:
+    return [name for name in TENSORFLOW if name in graph.external[module]]
+
+
+def leaks(graph: Graph, room: str, is_bad) -> list[list[str]]:
+    """Every import out of ``room`` (a package) that is, or leads to, a module for which
+    ``is_bad`` holds: one chain per offending import, starting inside the room."""
+    inside = [name for name in graph.edges if under(name, [room])]
+    assert inside, f"no {room} modules found"
+    found = []
+    for name in inside:
+        if is_bad(name):
+            found.append([name])
+        for target in sorted(graph.edges[name]):
+            if under(target, [room]):
+                continue  # reported from that module itself
+            path = shortest_path(graph, target, is_bad)
+            if path:
+                found.append([name, *path])
+    return found
+
+
+def under(module: str, packages) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in packages)
+
+
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    return build_graph(REPO / "guidedbp")
+
+
+# -- the package --------------------------------------------------------------------------------
+
+
+def test_no_import_cycles(graph):
+    groups = import_groups(graph)
+    assert not groups, "modules that import each other:\n" + "\n".join(
+        f"{', '.join(group)}; one loop: {describe(graph, loop)}"
+        for group, loop in zip(groups, cycles(graph)))
+
+
+def test_engine_imports_no_other_room(graph):
+    found = leaks(graph, "guidedbp.engine", lambda module: under(module, NOT_FOR_ENGINE))
+    assert not found, "the engine imports other rooms:\n" + "\n".join(
+        describe(graph, path) for path in found)
+
+
+def test_render_does_not_import_tensorflow(graph):
+    found = leaks(graph, "guidedbp.render", lambda module: heavy_imports(graph, module))
+    assert not found, "render reaches TensorFlow:\n" + "\n".join(
+        (describe(graph, path) if len(path) > 1 else path[0]) + "\n    " + ", ".join(
+            f"{path[-1]} imports {heavy} ({graph.where(path[-1], heavy)})"
+            for heavy in heavy_imports(graph, path[-1]))
+        for path in found)
+
+
+@pytest.mark.parametrize("module", ["guidedbp", "guidedbp.render"])
+def test_import_does_not_load_tensorflow(module):
+    script = (f"import json, sys\nimport {module}\n"
+              f"print(json.dumps(sorted(m for m in {TENSORFLOW!r} if m in sys.modules)))")
+    process = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+    assert process.returncode == 0, process.stderr
+    assert json.loads(process.stdout.splitlines()[-1]) == [], f"import {module} loaded them"
+
+
+# -- the graph builder itself, on packages written here -------------------------------------------
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "pkg"
+
+
+def test_builder_resolves_every_import_form(tmp_path):
+    package = write_package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "import os\nimport pkg.b as bee\nfrom . import c\nfrom .sub import thing\n",
+        "pkg/b.py": "def f():\n    from pkg.sub.deep import g\n    import numpy.linalg\n",
+        "pkg/c.py": "from pkg import CONSTANT\n",
+        "pkg/sub/__init__.py": "from .deep import thing\n",
+        "pkg/sub/deep.py": "from ..b import f\nfrom .. import c, VALUE\n",
+    })
+    graph = build_graph(package)
+    assert set(graph.files) == {"pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.sub", "pkg.sub.deep"}
+    assert set(graph.edges["pkg.a"]) == {"pkg.b", "pkg.c", "pkg.sub"}
+    assert graph.external["pkg.a"] == {"os": 1}
+    assert set(graph.edges["pkg.b"]) == {"pkg.sub.deep"}  # inside a function
+    assert graph.external["pkg.b"] == {"numpy": 3}
+    assert set(graph.edges["pkg.c"]) == {"pkg"}
+    assert set(graph.edges["pkg.sub"]) == {"pkg.sub.deep"}
+    assert set(graph.edges["pkg.sub.deep"]) == {"pkg.b", "pkg.c", "pkg"}
+    # pkg.b -> pkg.sub.deep -> pkg.b: imports each other, once inside a function.
+    assert cycles(graph) == [["pkg.b", "pkg.sub.deep", "pkg.b"]]
+
+
+def test_builder_allows_a_package_that_re_exports_its_modules(tmp_path):
+    package = write_package(tmp_path, {
+        "pkg/__init__.py": "from pkg.maps import render\nfrom pkg.panel import panel\n",
+        "pkg/maps.py": "from pkg.panel import panel\nfrom pkg import colours\n",
+        "pkg/panel.py": "",
+        "pkg/colours.py": "",
+        "pkg/cli.py": "from pkg import maps\n",
+    })
+    graph = build_graph(package)
+    assert cycles(graph) == []
+    assert set(graph.edges["pkg.maps"]) == {"pkg.panel", "pkg.colours"}
+
+
+def test_builder_finds_a_module_that_imports_its_own_package(tmp_path):
+    package = write_package(tmp_path, {
+        "pkg/__init__.py": "from pkg.maps import render\n",
+        "pkg/maps.py": "from pkg import DEFAULT\n",
+    })
+    assert cycles(build_graph(package)) == [["pkg", "pkg.maps", "pkg"]]
+
+
+def test_leaks_name_each_import_out_of_a_room_and_its_chain(tmp_path):
+    package = write_package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/engine/__init__.py": "",
+        "pkg/engine/core.py": "from pkg.engine import util\nfrom pkg import helpers\n",
+        "pkg/engine/util.py": "def f():\n    import pkg.io.files\n",
+        "pkg/helpers.py": "from pkg.io import files\n",
+        "pkg/io/__init__.py": "",
+        "pkg/io/files.py": "import tensorflow as tf\n",
+    })
+    graph = build_graph(package)
+    assert leaks(graph, "pkg.engine", lambda module: under(module, ["pkg.io"])) == [
+        ["pkg.engine.core", "pkg.helpers", "pkg.io.files"],
+        ["pkg.engine.util", "pkg.io.files"],
+    ]
+    assert leaks(graph, "pkg.io", lambda module: heavy_imports(graph, module)) == [
+        ["pkg.io.files"]]
+    assert graph.where("pkg.engine.util", "pkg.io.files") == "pkg/engine/util.py:2"
