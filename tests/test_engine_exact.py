@@ -44,7 +44,8 @@ def mlp_model():
 @pytest.mark.parametrize("method", GRADIENT_METHODS)
 def test_mlp_matches_hand_computation(mlp_model, method):
     maps = Explainer(mlp_model, method)(X12, target=0)
-    np.testing.assert_array_equal(maps, np.array(MLP_CLASS0[method], np.float32).reshape(1, 1, 1, 2))
+    expected = np.array(MLP_CLASS0[method], np.float32).reshape(1, 1, 1, 2)
+    np.testing.assert_array_equal(maps, expected)
 
 
 @pytest.mark.parametrize("method", GRADIENT_METHODS)
@@ -79,7 +80,8 @@ def test_softmax_head_is_bypassed_to_the_logit():
 
 
 @pytest.mark.parametrize(
-    "head_layer", [keras.layers.Softmax(), keras.layers.Activation("softmax")], ids=["Softmax", "Activation"]
+    "head_layer", [keras.layers.Softmax(), keras.layers.Activation("softmax")],
+    ids=["Softmax", "Activation"],
 )
 def test_softmax_layer_head_is_bypassed(mlp_model, head_layer):
     model = keras.Sequential([mlp_model, head_layer])

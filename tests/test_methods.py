@@ -18,7 +18,8 @@ from .models import X4x4, cam_cnn
 #   cam = relu(.5 A0 - .5 A1) = relu([[.75, -.25], [.625, 1.0625]]) = [[.75, 0], [.625, 1.0625]].
 CAM_POOL = np.array([[0.75, 0.0], [0.625, 1.0625]], np.float32)
 NEAREST = np.kron(CAM_POOL, np.ones((2, 2), np.float32))
-# Bilinear with half-pixel centres, 2 -> 4: rows/cols weights [[1, 0], [.75, .25], [.25, .75], [0, 1]].
+# Bilinear with half-pixel centres, 2 -> 4: rows/cols weights
+# [[1, 0], [.75, .25], [.25, .75], [0, 1]].
 BILINEAR_WEIGHTS = np.array([[1, 0], [0.75, 0.25], [0.25, 0.75], [0, 1]], np.float32)
 BILINEAR = BILINEAR_WEIGHTS @ CAM_POOL @ BILINEAR_WEIGHTS.T
 # Guided backprop, class 0: d/dA0 = .5, d/dA1 = -.5 everywhere; max-pool routes them to the
@@ -75,7 +76,8 @@ def test_gradcam_inside_a_nested_model():
 
 
 def test_gradcam_class_1_and_errors(model):
-    # class 1: alpha = [-1/4, 1/4]; cam = relu(.25 (A1 - A0)) = relu(.25 [[-1.5, .5], [-1.25, -2.125]]).
+    # class 1: alpha = [-1/4, 1/4];
+    # cam = relu(.25 (A1 - A0)) = relu(.25 [[-1.5, .5], [-1.25, -2.125]]).
     maps = Explainer(model, "gradcam", upsample="nearest")(X4x4, target=1)
     np.testing.assert_array_equal(maps[0, :, :, 0],
                                   np.kron([[0, 0.125], [0, 0]], np.ones((2, 2))).astype(np.float32))
@@ -150,7 +152,8 @@ def test_integrated_gradients_on_a_linear_model_is_exact():
     model = keras.Model(inputs, keras.layers.Flatten()(dense(inputs)))
     dense.set_weights([np.array([[1, 0], [-2, 0], [0.5, 0]], np.float32)])
     image = np.array([[[[4.0, 1.0, 2.0]]]], np.float32)
-    for baseline, expected in [("black", [4, -2, 1]), ("white", [4 - 255, -2 * (1 - 255), 0.5 * (2 - 255)])]:
+    white = [4 - 255, -2 * (1 - 255), 0.5 * (2 - 255)]
+    for baseline, expected in [("black", [4, -2, 1]), ("white", white)]:
         maps = Explainer(model, "integrated-gradients", steps=3, baseline=baseline)(image, 0)
         np.testing.assert_allclose(maps.ravel(), expected, rtol=1e-6)
     # With the tf preprocessing, black is -1 and white is +1 in input space.

@@ -158,8 +158,8 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
 
         try:
             import_ray()
-        except ImportError as error:
-            raise UsageFailure(str(error)) from None
+        except ImportError:
+            raise UsageFailure("--engine ray needs Ray: pip install 'guidedbp[ray]'") from None
         cluster = Cluster(address=options["ray_address"], workers=options["workers"],
                           cpus_per_worker=options["cpus_per_worker"],
                           gpus_per_worker=options["num_gpus_per_worker"])
