@@ -193,7 +193,7 @@ def test_randomization_gate(relu_model):
                                            max_randomized_similarity=-0.99),
                                 ["randomization"]))["randomization"]
     assert strict.status == FAIL
-    assert "above --max-randomized-similarity -0.99" in strict.detail
+    assert "above max_randomized_similarity=-0.99" in strict.detail
     assert len(strict.data["steps"]) == 2
     lenient = by_name(run_checks(session_of(relu_model, randomization_steps=2,
                                             max_randomized_similarity=1.0),
@@ -383,7 +383,7 @@ def test_expectations_file_errors_name_the_line(tmp_path):
         read_expectations(bad)
     unknown = tmp_path / "unknown.csv"
     unknown.write_text("a.png,zebra\n")
-    with pytest.raises(ClassNameError, match="--expect line 1: unknown class 'zebra'"):
+    with pytest.raises(ClassNameError, match="line 1 of expect=FILE: unknown class 'zebra'"):
         resolve_expectations(read_expectations(unknown), ["cat", "dog"], 2)
 
 

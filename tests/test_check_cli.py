@@ -185,7 +185,7 @@ def test_unknown_expected_class_name_exits_2(files, tmp_path):
     expect.write_text("one.png,zebra\n")
     result = check(files / "relu.keras", files / "images", "--labels", files / "labels.txt",
                    "--expect", expect, code=2)
-    assert "--expect line 1: unknown class 'zebra'" in result.stderr
+    assert "line 1 of --expect FILE: unknown class 'zebra'" in result.stderr
 
 
 def test_python_m_guidedbp_check_exit_code(files):

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import guidedbp.models.preprocess as preprocess_module
 from guidedbp.models.preprocess import (
     KERAS_APPLICATIONS,
     PREPROCESS_MODES,
@@ -382,3 +383,48 @@ def test_placement_invariants(original, size, mode):
     assert back.shape == original
     np.testing.assert_allclose(back[o_top:o_bottom, o_left:o_right], 1.0, rtol=1e-5)
     assert back.sum() == pytest.approx((o_bottom - o_top) * (o_right - o_left), rel=1e-5)
+
+
+# --------------------------------------------------------------------- resize
+
+def test_resize_constant_map_stays_constant():
+    saliency = np.full((3, 5, 3), 0.7, np.float32)
+    out = preprocess_module.resize_map(saliency, (17, 11))
+    assert out.shape == (17, 11, 3) and out.dtype == np.float32
+    assert np.all(out == np.float32(0.7))
+
+
+def test_resize_2x2_to_4x4_known_values():
+    # Pillow's bilinear filter, pixel centres aligned, edges clamped: along one
+    # axis [a, b] becomes [a, 0.75a + 0.25b, 0.25a + 0.75b, b]. For
+    # [[0, 1], [2, 3]] both axes give weights r = [0, 0.25, 0.75, 1], so
+    # out[i, j] = 2 * r[i] + r[j].
+    source = np.array([[0, 1], [2, 3]], np.float32)
+    saliency = np.stack([source, -10 * source], axis=2)
+    expected = np.array(
+        [[0.0, 0.25, 0.75, 1.0],
+         [0.5, 0.75, 1.25, 1.5],
+         [1.5, 1.75, 2.25, 2.5],
+         [2.0, 2.25, 2.75, 3.0]], np.float32)
+    out = preprocess_module.resize_map(saliency, (4, 4))
+    assert out.shape == (4, 4, 2) and out.dtype == np.float32
+    np.testing.assert_allclose(out[:, :, 0], expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(out[:, :, 1], -10 * expected, rtol=0, atol=1e-5)
+
+
+def test_resize_is_height_first():
+    out = preprocess_module.resize_map(np.zeros((2, 2, 1), np.float32), (3, 8))
+    assert out.shape == (3, 8, 1)
+
+
+@pytest.mark.parametrize("size", [(0, 4), (4,), ("4", "4"), (True, 2), (2.0, 2), 4, (4, -1)])
+def test_resize_rejects_bad_size(size):
+    with pytest.raises(ValueError, match="size"):
+        preprocess_module.resize_map(np.zeros((2, 2, 1), np.float32), size)
+
+
+def test_resize_rejects_bad_map():
+    with pytest.raises(ValueError, match="shape"):
+        preprocess_module.resize_map(np.zeros((2, 2), np.float32), (4, 4))
+    with pytest.raises(ValueError, match="real"):
+        preprocess_module.resize_map(np.zeros((2, 2, 1), np.complex64), (4, 4))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from guidedbp.errors import GuidedbpError
 from guidedbp.io.write import atomic_write_bytes, save_npy
 
 BASELINE_FILE = "baseline.json"
@@ -29,7 +30,7 @@ FORMAT = 1
 COMPARED_OPTIONS = ("method", "preprocess", "resize", "size", "inputs")
 
 
-class BaselineError(ValueError):
+class BaselineError(ValueError, GuidedbpError):
     """A baseline folder that cannot be read; the message is one line."""
 
 

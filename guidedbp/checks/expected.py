@@ -74,7 +74,7 @@ def resolve_expectations(
         try:
             index = resolve_class(row.class_spec, labels, num_classes)
         except ClassNameError as error:
-            raise ClassNameError(f"--expect line {row.line}: {error}") from None
+            raise ClassNameError(f"line {row.line} of expect=FILE: {error}") from None
         resolved.append(Expectation(row.image, row.class_spec, row.line, index))
     return resolved
 

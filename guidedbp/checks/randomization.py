@@ -23,8 +23,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from guidedbp.errors import GuidedbpError
 
-class CannotCopy(ValueError):
+
+class CannotCopy(ValueError, GuidedbpError):
     """The model cannot be copied for randomization; the message says why."""
 
 

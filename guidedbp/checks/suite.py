@@ -200,7 +200,7 @@ def check_randomization(session: CheckSession) -> CheckResult:
     last = correlations[-1]
     if math.isnan(last) or last > gate:
         return CheckResult("randomization", FAIL,
-                           f"{detail}; last step above --max-randomized-similarity {gate:g}", data)
+                           f"{detail}; last step above max_randomized_similarity={gate:g}", data)
     return CheckResult("randomization", PASS, f"{detail}; last step <= {gate:g}", data)
 
 
@@ -210,7 +210,7 @@ def check_expected_classes(session: CheckSession) -> CheckResult:
 
     expectations = session.settings.expectations
     if not expectations:
-        return CheckResult("expected-classes", SKIP, "no expectations (--expect FILE)")
+        return CheckResult("expected-classes", SKIP, "no expectations (expect=FILE)")
     explained = session.explained
     mismatches, unmatched, checked = [], [], set()
     for row in expectations:
@@ -251,7 +251,7 @@ def check_baseline(session: CheckSession) -> CheckResult:
     settings = session.settings
     baseline = settings.baseline
     if baseline is None:
-        return CheckResult("baseline", SKIP, "no baseline (--baseline DIR)")
+        return CheckResult("baseline", SKIP, "no baseline (baseline=DIR)")
     minimum = settings.min_similarity
     mismatched = baseline.mismatches(settings.run_options)
     data = {"folder": baseline.folder, "min_similarity": minimum, "option_mismatches": mismatched}

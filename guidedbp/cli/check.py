@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 
@@ -11,10 +12,12 @@ import click
 from guidedbp.checks.suite import CHECK_NAMES, CHECKS, NEEDS_OPTION
 from guidedbp.cli.common import (
     UsageFailure,
+    as_flags,
     errors_handled,
     import_tensorflow,
     load_options,
     model_options,
+    parse_comma_list,
 )
 
 DEFAULT_MIN_SIMILARITY = 0.9
@@ -25,15 +28,9 @@ DEFAULT_GENERATED = 4
 def _parse_checks(ctx, param, value):
     if value is None:
         return None
-    names = tuple(dict.fromkeys(n.strip().lower() for n in value.split(",") if n.strip()))
-    if names == ("all",):
-        return names  # every check that applies
-    unknown = [n for n in names if n not in CHECK_NAMES]
-    if unknown or not names:
-        raise click.BadParameter(
-            f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(CHECK_NAMES)}", ctx, param
-        )
-    return names
+    if value.strip().lower() == "all":
+        return ("all",)  # every check that applies
+    return parse_comma_list(CHECK_NAMES)(ctx, param, value.lower())
 
 
 _CHECK_LIST = "\n".join(f"  {check.name:<17} {check.summary}" for check in CHECKS)
@@ -144,7 +141,9 @@ def check_command(model: str, images: tuple[str, ...], **options) -> None:
         if expectations:
             settings.expectations = resolve_expectations(expectations, loaded.labels,
                                                          report.num_classes)
-        results = run_checks(session, names)
+        ctx = click.get_current_context()  # details in the command's own words
+        results = [dataclasses.replace(result, detail=as_flags(result.detail, ctx))
+                   for result in run_checks(session, names)]
         saved = None
         failed = [result.name for result in results if result.failed]
         if options["save_baseline"] and not failed:

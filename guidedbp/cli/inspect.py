@@ -85,8 +85,7 @@ def format_description(info: dict) -> str:
     def shape(dims):
         return "x".join("?" if d is None else str(d) for d in dims)
 
-    def counts(mapping):
-        return ", ".join(f"{k}: {v}" for k, v in sorted(mapping.items())) or "none"
+    from guidedbp.engine._graph import format_counts as counts
 
     head = info["head_bypassed"]
     lines = [

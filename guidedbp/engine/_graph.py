@@ -191,9 +191,7 @@ class Report:
         }
 
     def __str__(self) -> str:
-        def counts(d: dict[str, int]) -> str:
-            return ", ".join(f"{k}: {v}" for k, v in sorted(d.items())) or "none"
-
+        counts = format_counts
         return (
             f"method: {self.method}\n"
             f"guided ops: {counts(self.guided_ops)}\n"
@@ -201,6 +199,11 @@ class Report:
             f"head bypassed: {self.head or 'none (output is already a logit)'}\n"
             f"classes: {self.num_classes}"
         )
+
+
+def format_counts(counts: dict[str, int]) -> str:
+    """``{"Relu": 2, "Relu6": 1}`` -> ``"Relu: 2, Relu6: 1"``; ``"none"`` when empty."""
+    return ", ".join(f"{key}: {value}" for key, value in sorted(counts.items())) or "none"
 
 
 def census(

@@ -221,8 +221,8 @@ class Explainer:
     def report(self) -> _graph.Report:
         """What was done to the model: guided ops, plain activations, bypassed head.
 
-        The report of the model's declared input shape; after :meth:`explain`, the
-        report of the last image shape explained where the model declares none.
+        The report of the model's declared input shape; where the model declares none,
+        the report of the newest image shape explained (:meth:`report_for` names one).
         """
         shape = _declared_image_shape(self.model)
         if shape is not None:
@@ -243,13 +243,14 @@ class Explainer:
 
     def _integrated(self, key: tuple, images: np.ndarray, targets: np.ndarray) -> dict:
         """The path-integrated methods' maps, each over its own base map."""
+        names = [name for name in self.methods if registry.method(name).path_integrated]
+        if not names:
+            return {}
+        ig = self.options.integrated_gradients
+        baselines = _averaging.make_baselines(images, ig.baseline,
+                                              *self._black_white(images.shape[-1]))
         result = {}
-        for name in self.methods:
-            if not registry.method(name).path_integrated:
-                continue
-            ig = self.options.integrated_gradients
-            black, white = self._black_white(images.shape[-1])
-            baselines = _averaging.make_baselines(images, ig.baseline, black, white)
+        for name in names:
             result[name] = _averaging.integrated_gradients(
                 lambda batch, fixed, name=name: self._run((name,), key, batch, fixed).maps,
                 images, targets, baselines, ig.steps, self.batch_size,
@@ -296,10 +297,13 @@ class Explainer:
         report = self._reports[key]
         if key not in self._warned:
             self._warned.add(key)
-            if registry.swaps_relus(self.methods) and not report.guided_ops:
+            swapping = [m for m in self.methods if registry.swaps_relus((m,))]
+            if swapping and not report.guided_ops:
+                name = getattr(self.model, "name", None) or "the model"
+                what = (f"{swapping[0]} backprop equals" if len(swapping) == 1
+                        else f"{' and '.join(swapping)} equal")
                 warnings.warn(
-                    f"{getattr(self.model, 'name', None) or 'the model'} has no ReLU-family "
-                    f"op: {self.method} backprop equals the plain gradient for it",
+                    f"{name} has no ReLU-family op: {what} the plain gradient for it",
                     NoReluWarning, stacklevel=_caller_stacklevel(),
                 )
         return report

@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from guidedbp._text import one_line
+from guidedbp.errors import GuidedbpError
 
 __all__ = ["IMAGE_EXTENSIONS", "ImageError", "decode_image", "is_image_path"]
 
@@ -35,7 +36,7 @@ _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
 _PIXEL_COUNT = re.compile(r"\((\d+) pixels\)")
 
 
-class ImageError(ValueError):
+class ImageError(ValueError, GuidedbpError):
     """A file that cannot be decoded as an image, with a one-line user-facing reason.
 
     ``str(error)`` is ``"<path>: <reason>"``, e.g.

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guidedbp import METHODS
+from guidedbp.errors import GuidedbpError
 from guidedbp.io.images import is_image_path
 from guidedbp.render import RENDERS
 
@@ -27,7 +28,7 @@ _OUTPUT_NAME = re.compile(
 )
 
 
-class InputError(ValueError):
+class InputError(ValueError, GuidedbpError):
     """An INPUT argument that names nothing: a one-line message."""
 
 

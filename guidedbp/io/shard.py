@@ -20,6 +20,7 @@ import os
 import re
 from collections.abc import Sequence
 
+from guidedbp.errors import GuidedbpError
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.manifest import ManifestWriter, read_manifest
 
@@ -27,7 +28,7 @@ MERGED_MANIFEST = "manifest.jsonl"
 _SHARD_MANIFEST = re.compile(r"^manifest-(\d+)-of-(\d+)\.jsonl$")
 
 
-class ShardError(ValueError):
+class ShardError(ValueError, GuidedbpError):
     """Shard manifests that cannot be merged, or a malformed K/N: a one-line message."""
 
 

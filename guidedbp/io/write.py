@@ -24,7 +24,6 @@ import contextlib
 import io
 import os
 import secrets
-from collections.abc import Sequence
 
 import numpy as np
 from PIL import Image
@@ -33,7 +32,6 @@ __all__ = [
     "PNG_COMPRESS_LEVEL",
     "atomic_write_bytes",
     "encode_png",
-    "resize_map",
     "save_npy",
     "save_png",
 ]
@@ -183,46 +181,3 @@ def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:
     buffer = io.BytesIO()
     np.save(buffer, values, allow_pickle=False)
     atomic_write_bytes(path, buffer.getvalue())
-
-
-def resize_map(saliency: np.ndarray, size: Sequence[int]) -> np.ndarray:
-    """Resize a saliency map bilinearly, channel by channel, in 32-bit float.
-
-    Uses Pillow's ``BILINEAR`` filter on mode ``'F'`` images (pixel centres
-    aligned, edges clamped; when shrinking, the filter widens to average every
-    covered pixel). Values are not rescaled: a constant map stays constant.
-
-    Args:
-        saliency: Real array of shape ``(h, w, C)``, ``C >= 1``.
-        size: Target ``(H, W)``, two positive integers (height first, like
-            numpy shapes).
-
-    Returns:
-        ``float32`` array of shape ``(H, W, C)``.
-
-    Raises:
-        ValueError: If ``saliency`` is not a non-empty real 3-D array or
-            ``size`` is not two positive integers.
-
-    >>> resize_map(np.array([[[0.0], [1.0]]]), (1, 4))[0, :, 0].tolist()
-    [0.0, 0.25, 0.75, 1.0]
-    """
-    values = np.asarray(saliency)
-    if values.ndim != 3 or 0 in values.shape:
-        raise ValueError(f"saliency map must have shape (h, w, C) and be non-empty, "
-                         f"got shape {values.shape}")
-    if values.dtype.kind not in "biuf":
-        raise ValueError(f"saliency map must be a real array, got dtype {values.dtype}")
-    if (not isinstance(size, (tuple, list)) or len(size) != 2
-            or not all(isinstance(side, (int, np.integer)) and not isinstance(side, bool)
-                       for side in size)
-            or min(size) < 1):
-        raise ValueError(f"size must be (H, W) with two positive integers, got {size!r}")
-    height, width = int(size[0]), int(size[1])
-    values = values.astype(np.float32, copy=False)
-    resized = np.empty((height, width, values.shape[2]), dtype=np.float32)
-    for channel in range(values.shape[2]):
-        plane = Image.fromarray(np.ascontiguousarray(values[:, :, channel]))  # mode 'F'
-        plane = plane.resize((width, height), resample=Image.Resampling.BILINEAR)
-        resized[:, :, channel] = np.asarray(plane, dtype=np.float32)
-    return resized

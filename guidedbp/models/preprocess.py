@@ -15,6 +15,7 @@ KerasApplication(name='ResNet50', preprocess='caffe', default_size=224)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -29,6 +30,7 @@ __all__ = [
     "Placement",
     "fit",
     "preprocess",
+    "resize_map",
 ]
 
 #: Pixel preprocessing modes understood by :func:`preprocess`.
@@ -248,7 +250,7 @@ class Placement:
         o_top, o_left, o_bottom, o_right = self.original_box
         content = stack[c_top:c_bottom, c_left:c_right, :]
         out = np.zeros((*self.original_size, stack.shape[2]), dtype=np.float32)
-        out[o_top:o_bottom, o_left:o_right, :] = _resize_float(
+        out[o_top:o_bottom, o_left:o_right, :] = resize_map(
             content, (o_bottom - o_top, o_right - o_left)
         )
         return out[..., 0] if flat else out
@@ -352,21 +354,47 @@ def _resize_uint8(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return resized.reshape(size[0], size[1], pixels.shape[2])
 
 
-def _resize_float(values: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Bilinear resize of ``(h, w, K)`` to ``(size[0], size[1], K)`` float32, per channel."""
+def resize_map(saliency: np.ndarray, size: Sequence[int]) -> np.ndarray:
+    """Resize a saliency map bilinearly, channel by channel, in 32-bit float.
+
+    Uses Pillow's ``BILINEAR`` filter on mode ``'F'`` images (pixel centres
+    aligned, edges clamped; when shrinking, the filter widens to average every
+    covered pixel). Values are not rescaled: a constant map stays constant.
+
+    Args:
+        saliency: Real array of shape ``(h, w, C)``, ``C >= 1``.
+        size: Target ``(H, W)``, two positive integers (height first, like
+            numpy shapes).
+
+    Returns:
+        ``float32`` array of shape ``(H, W, C)``.
+
+    Raises:
+        ValueError: If ``saliency`` is not a non-empty real 3-D array or
+            ``size`` is not two positive integers.
+
+    >>> resize_map(np.array([[[0.0], [1.0]]]), (1, 4))[0, :, 0].tolist()
+    [0.0, 0.25, 0.75, 1.0]
+    """
+    values = np.asarray(saliency)
+    if values.ndim != 3 or 0 in values.shape:
+        raise ValueError(f"saliency map must have shape (h, w, C) and be non-empty, "
+                         f"got shape {values.shape}")
+    if values.dtype.kind not in "biuf":
+        raise ValueError(f"saliency map must be a real array, got dtype {values.dtype}")
+    if (not isinstance(size, (tuple, list)) or len(size) != 2
+            or not all(isinstance(side, (int, np.integer)) and not isinstance(side, bool)
+                       for side in size)
+            or min(size) < 1):
+        raise ValueError(f"size must be (H, W) with two positive integers, got {size!r}")
+    height, width = int(size[0]), int(size[1])
     values = values.astype(np.float32, copy=False)
-    if values.shape[:2] == size:
-        return values.copy()
-    channels = [
-        np.asarray(
-            Image.fromarray(np.ascontiguousarray(values[..., k])).resize(
-                (size[1], size[0]), Image.Resampling.BILINEAR
-            ),
-            dtype=np.float32,
-        )
-        for k in range(values.shape[2])
-    ]
-    return np.stack(channels, axis=2) if channels else np.zeros((*size, 0), np.float32)
+    resized = np.empty((height, width, values.shape[2]), dtype=np.float32)
+    for channel in range(values.shape[2]):
+        plane = Image.fromarray(np.ascontiguousarray(values[:, :, channel]))  # mode 'F'
+        plane = plane.resize((width, height), resample=Image.Resampling.BILINEAR)
+        resized[:, :, channel] = np.asarray(plane, dtype=np.float32)
+    return resized
 
 
 def model_size(
