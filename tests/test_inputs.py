@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from PIL import Image
 
-from guidedbp.io.inputs import InputError, collect_inputs
+from guidedbp.io.inputs import InputError, collect_inputs, output_stem
+from guidedbp.io.write import encode_png
 
 from .imagetree import make_tree
 
@@ -54,6 +58,14 @@ def _stems(collected) -> list[str]:
     return [item.output_stem for item in collected.items]
 
 
+def _png(own: bool) -> bytes:
+    if own:
+        return encode_png(np.zeros((2, 2), np.uint8))
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((2, 2), np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def _touch(path: Path, data: bytes = b"x") -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
@@ -70,18 +82,19 @@ def test_folder_is_walked_recursively_in_a_stable_order(tree):
     assert collected.passed_over == 2  # notes.txt, b/readme.md
 
 
-def test_folder_outputs_mirror_paths_below_it(tree):
-    collected = collect_inputs([str(tree.root)])
-    stems = dict(zip(_relative(collected, tree.root), _stems(collected)))
-    assert stems["top.png"] == "top"
-    assert stems["a/cat.jpg"] == "a/cat"
-    assert stems["b/cat.jpg"] == "b/cat"
-    assert stems["b/deep/er/gray.png"] == "b/deep/er/gray"
-    assert stems["mixed/cat.jpg"] == "mixed/cat_jpg"  # one stem, two files in one folder
-    assert stems["mixed/cat.png"] == "mixed/cat_png"
-    assert stems["mixed/UPPER.JPG"] == "mixed/UPPER"
-    assert stems["formats/big.TIFF"] == "formats/big"
+def test_folder_outputs_sit_at_the_paths_as_named(tree, monkeypatch):
+    monkeypatch.chdir(tree.root.parent)
+    collected = collect_inputs(["tree"])
+    stems = dict(zip(_relative(collected, "tree"), _stems(collected)))
+    assert stems["top.png"] == "tree/top.png"
+    assert stems["b/deep/er/gray.png"] == "tree/b/deep/er/gray.png"
+    assert stems["mixed/cat.jpg"] == "tree/mixed/cat.jpg"  # the extension keeps them apart
+    assert stems["mixed/cat.png"] == "tree/mixed/cat.png"
     assert len({stem.lower() for stem in stems.values()}) == len(stems)
+    # The same folder named absolutely from inside the current folder: the same stems.
+    assert _stems(collect_inputs([str(tree.root)])) == list(stems.values())
+    # And every item knows its path below the folder it was found in.
+    assert [item.relative for item in collected.items] == list(stems)
 
 
 def test_no_recursive_takes_the_top_folder_only(tree):
@@ -101,13 +114,16 @@ def test_hidden_files_and_folders_are_neither_taken_nor_counted(tmp_path):
     assert collected.passed_over == 0
 
 
-def test_arguments_keep_their_order_and_share_a_common_root(tree):
-    collected = collect_inputs([tree.path("mixed"), tree.path("a")])
-    assert _relative(collected, tree.root)[:1] == ["mixed/UPPER.JPG"]
-    assert _relative(collected, tree.root)[-1] == "a/cat.jpg"
-    # Two folders: paths relative to their common parent, so the folder names stay.
-    assert _stems(collected)[0] == "mixed/UPPER"
-    assert _stems(collected)[-1] == "a/cat"
+def test_arguments_keep_their_order_and_stems_do_not_depend_on_each_other(tree, monkeypatch):
+    monkeypatch.chdir(tree.root)
+    both = collect_inputs(["mixed", "a"])
+    assert _relative(both, ".")[:1] == ["mixed/UPPER.JPG"]
+    assert _relative(both, ".")[-1] == "a/cat.jpg"
+    assert _stems(both)[0] == "mixed/UPPER.JPG" and _stems(both)[-1] == "a/cat.jpg"
+    # An input's stem is the same whatever else the run names.
+    alone = {item.path: item.output_stem for item in collect_inputs(["a"]).items}
+    assert all(dict(zip([i.path for i in both.items], _stems(both)))[path] == stem
+               for path, stem in alone.items())
 
 
 # -- files -----------------------------------------------------------------------------------
@@ -116,12 +132,14 @@ def test_arguments_keep_their_order_and_share_a_common_root(tree):
 def test_one_file_is_named_after_itself(tree):
     collected = collect_inputs([tree.path("b/deep/er/gray.png")])
     assert [item.path for item in collected.items] == [tree.path("b/deep/er/gray.png")]
-    assert _stems(collected) == ["gray"]
+    assert _stems(collected) == [output_stem(tree.path("b/deep/er/gray.png"))]
+    assert collected.items[0].relative == "gray.png"
 
 
-def test_same_name_in_two_folders_never_collides(tree):
-    collected = collect_inputs([tree.path("a/cat.jpg"), tree.path("b/cat.jpg")])
-    assert _stems(collected) == ["a/cat", "b/cat"]
+def test_same_name_in_two_folders_never_collides(tree, monkeypatch):
+    monkeypatch.chdir(tree.root)
+    collected = collect_inputs(["a/cat.jpg", "b/cat.jpg"])
+    assert _stems(collected) == ["a/cat.jpg", "b/cat.jpg"]
 
 
 def test_named_file_of_any_extension_is_taken(tree):
@@ -135,7 +153,7 @@ def test_same_file_given_twice_is_explained_once(tree):
     spelled_again = os.path.join(tree.path("a"), "..", "a", "cat.jpg")
     collected = collect_inputs([tree.path("a/cat.jpg"), spelled_again, tree.path("a")])
     assert [item.path for item in collected.items] == [tree.path("a/cat.jpg")]
-    assert _stems(collected) == ["cat"]
+    assert _stems(collected)[0].endswith("/tree/a/cat.jpg")
 
 
 def test_symlink_to_a_file_already_taken_is_dropped(tmp_path):
@@ -163,11 +181,16 @@ def test_folder_without_images_gives_no_items(tmp_path):
 # -- globs -------------------------------------------------------------------------------------
 
 
-def test_glob_mirrors_paths_below_its_fixed_part(tree):
-    collected = collect_inputs([f"{tree.root}/*/cat.*"])
-    assert _relative(collected, tree.root) == [
+def test_glob_names_outputs_as_the_folder_would(tree, monkeypatch):
+    monkeypatch.chdir(tree.root.parent)
+    collected = collect_inputs(["tree/*/cat.*"])
+    assert _relative(collected, "tree") == [
         "a/cat.jpg", "b/cat.jpg", "mixed/cat.jpg", "mixed/cat.png"]
-    assert _stems(collected) == ["a/cat", "b/cat", "mixed/cat_jpg", "mixed/cat_png"]
+    assert _stems(collected) == ["tree/a/cat.jpg", "tree/b/cat.jpg", "tree/mixed/cat.jpg",
+                                 "tree/mixed/cat.png"]
+    assert [item.relative for item in collected.items] == _relative(collected, "tree")
+    by_folder = {i.path: i.output_stem for i in collect_inputs(["tree"]).items}
+    assert all(by_folder[i.path] == i.output_stem for i in collected.items)
 
 
 def test_double_star_glob_reaches_every_depth(tree):
@@ -226,32 +249,54 @@ def test_output_folder_inside_a_glob_is_not_taken(tmp_path):
 
 
 def test_maps_written_into_an_input_folder_are_not_taken(tmp_path):
-    # OUT is the input folder itself: its images stay inputs, our maps do not.
+    # OUT is the input folder itself: its images stay inputs, the PNGs guidedbp wrote
+    # (they carry its mark) do not, whatever their names; a user's own image named
+    # like an output stays an input.
     photos = tmp_path / "photos"
-    for name in ["cat.png", "holiday.guided.png", "cat.guided.color.png",
-                 "cat.2-bird.vanilla.panel.png", "sub/dog.deconvnet.gray.png",
-                 "cat.guided.npy", "manifest.jsonl"]:
+    for name in ["cat.png", "holiday.guided.png", "cat.2-bird.vanilla.color.png"]:
+        _touch(photos / name, _png(own=False))
+    for name in ["cat.png.guided.color.png", "cat.png.2-bird.vanilla.panel.png",
+                 "sub/dog.jpg.deconvnet.gray.png", "cat.png.panel.png"]:
+        _touch(photos / name, _png(own=True))
+    for name in ["cat.png.guided.npy", "manifest.jsonl"]:
         _touch(photos / name)
+    users = ["cat.2-bird.vanilla.color.png", "cat.png", "holiday.guided.png"]
     collected = collect_inputs([str(photos)], exclude=photos)
-    assert _relative(collected, photos) == ["cat.png", "holiday.guided.png"]
-    assert collected.passed_over == 0
+    assert _relative(collected, photos) == users
+    assert collected.passed_over == 2  # the .npy and manifest.jsonl: not images
     collected = collect_inputs([f"{photos}/**/*.png"], exclude=photos)
-    assert _relative(collected, photos) == ["cat.png", "holiday.guided.png"]
-    # Outside the output folder the same names are ordinary images.
+    assert _relative(collected, photos) == users
+    # Outside the output folder guidedbp's PNGs are ordinary images.
     collected = collect_inputs([str(photos)], exclude=tmp_path / "maps")
-    assert len(collected.items) == 5 and collected.passed_over == 2
+    assert len(collected.items) == 7
 
 
 # -- names never collide -----------------------------------------------------------------------
 
 
-def test_stems_with_extension_suffix_do_not_collide_with_real_names(tmp_path):
-    names = ["cat.jpg", "cat.png", "cat_jpg.png", "Cat_png.bmp"]
+def test_stems_keep_the_extension_and_never_collide(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    names = ["cat.jpg", "cat.png", "cat_jpg.png", "Cat_png.bmp", "100%.png"]
     for name in names:
         _touch(tmp_path / name)
-    collected = collect_inputs([str(tmp_path / name) for name in names])
-    stems = _stems(collected)
-    assert stems == ["cat_jpg", "cat_png", "cat_jpg_2", "Cat_png_2"]
+    assert _stems(collect_inputs(names)) == ["cat.jpg", "cat.png", "cat_jpg.png",
+                                             "Cat_png.bmp", "100%25.png"]
+
+
+def test_stems_stay_inside_out_and_fit_the_file_system(tmp_path, monkeypatch):
+    inside = tmp_path / "here"
+    inside.mkdir()
+    monkeypatch.chdir(inside)
+    _touch(tmp_path / "up.png")
+    long_name = "x" * 240 + ".png"
+    _touch(inside / long_name)
+    assert output_stem("../up.png") == "%2E%2E/up.png"
+    assert output_stem(str(tmp_path / "up.png")) == "%2F" + str(tmp_path / "up.png")
+    assert output_stem("a/./b/../c.png") == "a/c.png"
+    stem = output_stem(long_name)
+    assert stem == output_stem(long_name)  # the same every time
+    assert len(stem.encode()) <= 255 - 120 and "~" in stem
+    assert output_stem("y" * 240 + ".png") != stem
 
 
 _NAMES = st.sampled_from(
@@ -269,9 +314,8 @@ def test_output_stems_are_unique_and_stay_in_their_folder(files):
         collected = collect_inputs([str(root)])
         stems = _stems(collected)
         assert len(collected.items) == len(files)
-        # Unique even ignoring case, so no two inputs share an output on any disk.
-        assert len({stem.lower() for stem in stems}) == len(stems)
+        assert len(set(stems)) == len(stems)  # unique
         for item, stem in zip(collected.items, stems):
-            relative = Path(os.path.relpath(item.path, root))
-            assert Path(stem).parent == relative.parent  # mirrors the input's folder
-            assert Path(stem).name.lower().startswith(relative.stem.lower())
+            # The path as named, and nothing else: it does not depend on the other files.
+            assert stem == output_stem(item.path)
+            assert stem.endswith("/" + Path(item.path).relative_to(root.parent).as_posix())

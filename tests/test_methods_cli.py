@@ -11,6 +11,7 @@ import guidedbp
 from guidedbp import Explainer
 from guidedbp.cli import main
 from guidedbp.io.images import decode_image
+from guidedbp.io.inputs import output_stem
 from guidedbp.io.manifest import read_manifest
 from guidedbp.models.preprocess import fit, preprocess
 from guidedbp.render import PANEL_GAP
@@ -69,11 +70,11 @@ def test_all_methods_make_one_comparison_panel(setup):
     assert result.exit_code == 0, result.output
     record = read_manifest(out / "manifest.jsonl")[0]
     assert record["method"] == ",".join(guidedbp.METHODS)
-    assert record["outputs"]["panel"] == "img.panel.png"
+    assert record["outputs"]["panel"] == output_stem(str(folder / "img.png")) + ".panel.png"
     assert sorted(record["outputs"]) == sorted(
         ["panel"] + [f"{m}.color" for m in guidedbp.METHODS])
     assert sorted(record["raw"]) == sorted(guidedbp.METHODS)
-    panel = np.asarray(Image.open(out / "img.panel.png"))
+    panel = np.asarray(Image.open(out / record["outputs"]["panel"]))
     columns = 1 + len(guidedbp.METHODS)  # the original, then one per method
     assert panel.shape[1] == columns * SIZE + (columns - 1) * PANEL_GAP
     # The first column, below the caption row, is the original picture (gray -> RGB).
@@ -96,7 +97,7 @@ def test_smoothgrad_through_the_cli_is_seeded(setup):
         result = run(str(model_path), str(folder / "img.png"), "-o", str(out), "--smooth", "4",
                      "--noise", "0.2", "--seed", seed, "--raw", "-q")
         assert result.exit_code == 0, result.output
-        maps.append(np.load(out / "img.guided.npy"))
+        maps.append(np.load(out / (output_stem(str(folder / "img.png")) + ".guided.npy")))
     np.testing.assert_array_equal(maps[0], maps[1])
     assert not np.array_equal(maps[0], maps[2])
     expected = Explainer(model, "guided", smooth=4, noise=0.2, seed=3)(model_input(folder))[0]

@@ -102,6 +102,17 @@ def test_shard_of_is_a_stable_hash_not_pythons():
     assert shard_of("anything", 1) == 0
 
 
+def test_shard_of_takes_names_that_are_not_utf8():
+    # b"\xff.png" on Linux: Python reads it as "\udcff.png". Its shard comes from its real
+    # bytes, the same in every process, instead of aborting the whole run.
+    stem = "photos/\udcff.png"  # os.fsdecode(b"photos/\xff.png") on Linux
+    expected = int.from_bytes(hashlib.sha256(b"photos/\xff.png").digest()[:8], "big") % 7
+    assert shard_of(stem, 7) == shard_of(stem, 7) == expected
+    item = InputItem(path=stem, output_stem=stem)
+    assert [select_shard([item], index, 7) for index in range(7)].count([item]) == 1
+    assert 0 <= shard_of("\ud800", 7) < 7  # even a lone surrogate no file system gives
+
+
 @pytest.mark.parametrize("text, expected", [("0/1", (0, 1)), ("3/4", (3, 4)), (" 0/16 ", (0, 16))])
 def test_parse_shard(text, expected):
     assert parse_shard(text) == expected

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 from guidedbp.io import write
 
@@ -182,15 +182,17 @@ def test_png_round_trip(shape, mode):
     np.testing.assert_array_equal(decoded, array.reshape(decoded.shape))
 
 
-def test_png_bytes_are_reproducible_and_metadata_free():
+def test_png_bytes_are_reproducible_and_carry_only_guidedbps_mark():
     rng = np.random.default_rng(1)
     array = rng.integers(0, 256, size=(16, 9, 3), dtype=np.uint8)
     first = write.encode_png(array)
     assert write.encode_png(array.copy()) == first
     assert write.encode_png(np.asfortranarray(array)) == first  # memory layout does not matter
     kinds = _png_chunks(first)
-    assert kinds[0] == b"IHDR" and kinds[-1] == b"IEND"
-    assert set(kinds[1:-1]) == {b"IDAT"}  # no tIME, tEXt, pHYs, ...
+    assert kinds[0] == b"IHDR" and kinds[1] == b"tEXt" and kinds[-1] == b"IEND"
+    assert set(kinds[2:-1]) == {b"IDAT"}  # no tIME, pHYs, ...: nothing that changes
+    with Image.open(io.BytesIO(first)) as image:
+        assert image.text == {"Software": "guidedbp"}
     # IHDR: width 9, height 16, bit depth 8, colour type 2 (RGB).
     assert struct.unpack(">IIBB", first[16:26]) == (9, 16, 8, 2)
 
@@ -241,3 +243,21 @@ def test_save_npy_rejects_objects(tmp_path):
     with pytest.raises(ValueError, match="object"):
         write.save_npy(tmp_path / "o.npy", np.array([{"a": 1}], dtype=object))
     assert _listing(tmp_path) == []
+
+
+def test_own_pngs_are_recognised_and_nothing_else(tmp_path):
+    write.save_png(tmp_path / "ours.png", np.zeros((3, 4, 3), np.uint8))
+    Image.fromarray(np.zeros((3, 4, 3), np.uint8)).save(tmp_path / "theirs.png")
+    marked = PngImagePlugin.PngInfo()
+    marked.add_text("Software", "gimp")
+    Image.fromarray(np.zeros((3, 4), np.uint8)).save(tmp_path / "gimp.png", pnginfo=marked)
+    (tmp_path / "text.png").write_bytes(b"tEXtSoftware\x00guidedbp")
+    assert write.is_own_png(tmp_path / "ours.png")
+    assert not any(write.is_own_png(tmp_path / name)
+                   for name in ("theirs.png", "gimp.png", "text.png", "missing.png"))
+    assert write.is_whole_png(tmp_path / "ours.png") and write.is_whole_png(tmp_path / "theirs.png")
+    data = (tmp_path / "ours.png").read_bytes()
+    (tmp_path / "cut.png").write_bytes(data[:-5])
+    (tmp_path / "empty.png").write_bytes(b"")
+    assert not write.is_whole_png(tmp_path / "cut.png")
+    assert not write.is_whole_png(tmp_path / "empty.png")

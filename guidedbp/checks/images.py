@@ -8,7 +8,9 @@ numpy, Pillow (through :mod:`guidedbp.io.images`) and the model's preprocessing 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -115,12 +117,42 @@ def image_files(
         ``pixels=None`` and the reason in ``error``.
     """
     images = []
-    for item in items:
+    for item, key in zip(items, image_keys(items)):
         try:
             decoded = decode_image(item.path, channels=channels)
         except ImageError as error:
-            images.append(CheckImage(item.output_stem, item.path, None, error.reason))
+            images.append(CheckImage(key, item.path, None, error.reason))
             continue
         _, _, pixels = prepare(decoded, input_shape, preprocess_mode, size, resize)
-        images.append(CheckImage(item.output_stem, item.path, pixels))
+        images.append(CheckImage(key, item.path, pixels))
     return images
+
+
+def image_keys(items) -> list[str]:
+    """Short unique names for a check's images: their paths below the folders they were
+    found in, without extension (``a/cat``), as reports and baselines name them.
+
+    With several folders, paths are relative to their common folder, so ``a/cat.jpg``
+    and ``b/cat.jpg`` stay apart; two images with the same stem in one folder
+    (``cat.jpg``, ``cat.png``) keep their extension (``cat_jpg``, ``cat_png``); a stem
+    that still clashes gets ``_2``, ``_3``... in input order.
+    """
+    roots = {os.path.abspath(item.root) for item in items}
+    common = os.path.commonpath(sorted(roots)) if len(roots) > 1 else None
+    relative = [os.path.relpath(os.path.abspath(item.path),
+                                common if common is not None else os.path.abspath(item.root))
+                for item in items]
+    stems: dict[str, list[str]] = {}
+    for rel in relative:
+        stems.setdefault(os.path.splitext(rel)[0].lower(), []).append(rel)
+    keys, taken = [], set()
+    for rel in relative:
+        stem, extension = os.path.splitext(rel)
+        if len(stems[stem.lower()]) > 1:
+            stem = f"{stem}_{extension.lstrip('.').lower()}"
+        unique, number = stem, 2
+        while unique.lower() in taken:
+            unique, number = f"{stem}_{number}", number + 1
+        taken.add(unique.lower())
+        keys.append(Path(unique).as_posix())
+    return keys

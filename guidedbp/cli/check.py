@@ -9,6 +9,7 @@ import time
 
 import click
 
+from guidedbp._text import plural
 from guidedbp.checks.suite import CHECK_NAMES, CHECKS, NEEDS_OPTION
 from guidedbp.cli.common import (
     UsageFailure,
@@ -163,7 +164,8 @@ def check_command(model: str, images: tuple[str, ...], **options) -> None:
     if saved:
         click.echo(f"baseline saved: {saved}", err=True)
     elif options["save_baseline"]:
-        click.echo(f"baseline not saved: {len(failed)} checks failed ({', '.join(failed)})",
+        click.echo(f"baseline not saved: {plural(len(failed), 'check')} failed "
+                   f"({', '.join(failed)})",
                    err=True)
     sys.exit(1 if failed else 0)
 
@@ -194,7 +196,7 @@ def _collect(images: tuple[str, ...], recursive: bool):
         raise click.BadParameter(str(error), param_hint="IMAGES") from None
     if not collected.items:
         raise UsageFailure(f"no images found in {', '.join(images)} "
-                           f"({collected.passed_over} other files passed over)")
+                           f"({plural(collected.passed_over, 'other file')} passed over)")
     return collected.items
 
 

@@ -139,8 +139,8 @@ def _from_files(inputs, mask_root: str, channels: int):
 
     samples, missing = [], []
     for item in collect_inputs(list(inputs)).items:
-        candidates = [os.path.join(mask_root, item.output_stem + ext)
-                      for ext in (".png", *IMAGE_EXTENSIONS)]
+        stem = os.path.splitext(item.relative)[0]  # its path below the IMAGES folder
+        candidates = [os.path.join(mask_root, stem + ext) for ext in (".png", *IMAGE_EXTENSIONS)]
         mask_path = next((c for c in candidates if os.path.isfile(c)), None)
         if mask_path is None:
             missing.append(item.path)

@@ -12,6 +12,7 @@ import time
 
 import click
 
+from guidedbp._text import plural
 from guidedbp.cli.common import (
     GroupedCommand,
     UsageFailure,
@@ -181,8 +182,7 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
         sys.exit(130)
     if progress is not None:
         progress.close()
-    if not options["quiet"]:
-        print_summary(summary)
+    print_summary(summary, quiet=options["quiet"])
     sys.exit(summary.exit_code)
 
 
@@ -190,19 +190,21 @@ def _show_progress(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
-def print_summary(summary) -> None:
-    """The run's one-line summary and its failures, on stderr."""
-    rate = (summary.done / summary.seconds) if summary.seconds > 0 else 0.0
-    parts = [f"{summary.done} explained"]
-    if summary.skipped:
-        parts.append(f"{summary.skipped} skipped (outputs exist)")
-    if summary.failures:
-        parts.append(f"{len(summary.failures)} failed")
-    if summary.passed_over:
-        parts.append(f"{summary.passed_over} other files passed over")
-    state = "interrupted: " if summary.interrupted else ""
-    click.echo(f"{state}{', '.join(parts)} in {summary.seconds:.1f} s ({rate:.1f} images/s); "
-               f"maps and {summary.manifest} in {summary.output}/", err=True)
+def print_summary(summary, quiet: bool = False) -> None:
+    """The run's one-line summary (not with ``quiet``) and its failures, on stderr."""
+    if not quiet:
+        working = max(summary.seconds - summary.loading, 1e-9)
+        parts = [f"{summary.done} explained"]
+        if summary.skipped:
+            parts.append(f"{summary.skipped} skipped (outputs exist)")
+        if summary.failures:
+            parts.append(f"{len(summary.failures)} failed")
+        if summary.passed_over:
+            parts.append(f"{plural(summary.passed_over, 'other file')} passed over")
+        state = "interrupted: " if summary.interrupted else ""
+        click.echo(f"{state}{', '.join(parts)} in {summary.seconds:.1f} s ("
+                   f"{summary.loading:.1f} s loading the model, {summary.done / working:.1f} "
+                   f"images/s); maps and {summary.manifest} in {summary.output}/", err=True)
     for path, reason in summary.failures[:20]:
         click.echo(f"  failed: {path}: {reason}", err=True)
     if len(summary.failures) > 20:

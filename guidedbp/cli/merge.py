@@ -4,26 +4,27 @@ from __future__ import annotations
 
 import click
 
-from guidedbp.cli.common import UsageFailure
+from guidedbp.cli.common import errors_handled
 
 
 @click.command("merge-manifests")
 @click.argument("output", metavar="OUT", type=click.Path(exists=True, file_okay=False))
+@errors_handled
 def merge_command(output: str) -> None:
     """Join OUT/manifest-K-of-N.jsonl (K = 0..N-1) into OUT/manifest.jsonl.
 
     Records keep the order of the shards (K ascending), then of their lines.
-    Refuses (exit 2) when a shard is missing, shards of different N are mixed, or an
-    input appears in two shards; the shard manifests are left in place.
+    Refuses (exit 2, one line naming the file and line) when a shard is missing or
+    not a regular file, shards of different N are mixed, a name says N = 0 or K >= N,
+    a line is not a UTF-8 JSON object with an "input", or an input appears in two
+    shards. Every shard is checked before OUT/manifest.jsonl is replaced, so a refused
+    merge leaves it as it was; the shard manifests are always left in place.
 
     \b
     Example, after `guidedbp explain ... -o maps --shard K/4` for K = 0, 1, 2, 3:
       guidedbp merge-manifests maps
     """
-    from guidedbp.io.shard import ShardError, merge_manifests
+    from guidedbp.io.shard import merge_manifests
 
-    try:
-        path, shards, records = merge_manifests(output)
-    except ShardError as error:
-        raise UsageFailure(str(error)) from None
+    path, shards, records = merge_manifests(output)
     click.echo(f"{records} records from {shards} shards -> {path}", err=True)

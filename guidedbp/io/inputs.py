@@ -1,31 +1,33 @@
 """Finding the images a run explains, and where each one's outputs go.
 
 ``collect_inputs`` expands files, directories (recursive by default) and globs
-into an ordered list of :class:`InputItem`, each with the output path stem that
-mirrors the input's path relative to the folder it was found under.
+into an ordered list of :class:`InputItem`. Each item's output stem follows one
+rule (:func:`output_stem`): the input's path as it was named or found, normalised,
+with its file extension kept, so it depends on nothing but that path and never on
+the other inputs of the run.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
-import re
-from collections import defaultdict
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guidedbp import METHODS
 from guidedbp.errors import GuidedbpError
 from guidedbp.io.images import is_image_path
-from guidedbp.render import RENDERS
+from guidedbp.io.write import is_own_png
 
 _GLOB_CHARS = set("*?[")
 
-# What a run writes into its output folder: STEM[.CLASS].METHOD.RENDER.png,
-# STEM[.CLASS].METHOD.npy and manifest.jsonl. There they are never inputs.
-_OUTPUT_NAME = re.compile(
-    rf"\.(?:{'|'.join(METHODS)})\.(?:(?:{'|'.join(RENDERS)})\.png|npy)$|^manifest\.jsonl$"
-)
+#: The longest file name (one path component) most file systems take, in bytes.
+MAX_NAME_BYTES = 255
+#: Room kept in each output file name for what follows the stem
+#: (``.CLASS.METHOD.RENDER.png``: a class slug of up to 64 bytes and the longest
+#: method and render names).
+_SUFFIX_ROOM = 120
 
 
 class InputError(ValueError, GuidedbpError):
@@ -38,17 +40,80 @@ class InputItem:
 
     Attributes:
         path: The file's path as given or found.
-        output_stem: Relative output path without extension, e.g. ``"a/cat"``.
+        output_stem: Where its outputs go, relative to OUT (:func:`output_stem`),
+            e.g. ``"photos/a/cat.jpg"``.
+        root: The folder it was found in: the folder argument, a glob's fixed part,
+            or the file's own folder.
     """
 
     path: str
     output_stem: str
+    root: str = "."
+
+    @property
+    def relative(self) -> str:
+        """Its path below :attr:`root`, e.g. ``"a/cat.jpg"``."""
+        return Path(os.path.relpath(self.path, self.root)).as_posix()
 
 
 @dataclass
 class Collected:
     items: list[InputItem] = field(default_factory=list)
     passed_over: int = 0  # files inside folders that are not images by extension
+
+
+def output_stem(path: str) -> str:
+    """Where an input's outputs go, relative to OUT: its path as named, normalised.
+
+    The rule depends on the path alone, so an input's outputs never move when the
+    run names other inputs too, and two different paths never share a stem:
+
+    - the path is normalised (``a/./b/../x.jpg`` -> ``a/x.jpg``; an absolute path
+      inside the current folder is taken relative to it) and keeps its file
+      extension (``x.jpg`` and ``x.png`` stay apart);
+    - ``%`` in a name becomes ``%25``; a leading ``..`` becomes ``%2E%2E`` and an
+      absolute path starts with ``%2F`` (so every output stays inside OUT);
+    - a component longer than the file system takes (255 bytes, less room for the
+      ``.CLASS.METHOD.RENDER.png`` suffix) is cut and ends in ``~`` and 12 hex
+      digits of its SHA-256, the same every time.
+
+    >>> output_stem("photos/../photos/cat.jpg"), output_stem("../x.png"), output_stem("/d/x.png")
+    ('photos/cat.jpg', '%2E%2E/x.png', '%2F/d/x.png')
+    """
+    normal = os.path.normpath(path)
+    if os.path.isabs(normal):
+        here = os.getcwd()
+        if normal.startswith(here.rstrip(os.sep) + os.sep):
+            normal = os.path.relpath(normal, here)  # $PWD/photos/x.jpg is photos/x.jpg
+    parts = Path(normal).parts
+    encoded = []
+    for index, part in enumerate(parts):
+        if index == 0 and os.path.isabs(normal):
+            encoded.append("%2F")
+        elif part == "..":
+            encoded.append("%2E%2E")
+        else:
+            encoded.append(_fit_name(part.replace("%", "%25")))
+    return "/".join(encoded)
+
+
+def _fit_name(name: str) -> str:
+    raw = os.fsencode(name)
+    limit = MAX_NAME_BYTES - _SUFFIX_ROOM
+    if len(raw) <= limit:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:12]
+    kept = raw[: limit - 13].decode("utf-8", "ignore") if _is_utf8(raw) else \
+        os.fsdecode(raw[: limit - 13])
+    return f"{kept}~{digest}"
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def collect_inputs(
@@ -58,10 +123,11 @@ def collect_inputs(
 
     A file named directly is always included (an unreadable one fails later, for
     that file alone); files found in folders or by globs are included by
-    extension and the rest counted as passed over. ``exclude`` (the output
-    folder) is never walked into, and the maps and manifest a run wrote there are
-    never taken or counted, even when that folder is an INPUT folder itself or
-    lies under a glob's reach.
+    extension and the rest counted as passed over, as are non-regular files
+    (FIFOs, sockets, devices), which are never opened. ``exclude`` (the output
+    folder) is never walked into when it lies inside an input folder; where an
+    input folder lies inside it (or is it), the PNGs guidedbp wrote there
+    (:func:`~guidedbp.io.write.is_own_png`) are neither taken nor counted.
 
     Raises:
         InputError: For an argument that names no file, folder or glob match.
@@ -71,10 +137,11 @@ def collect_inputs(
     collected = Collected()
     for argument in inputs:
         if os.path.isdir(argument):
-            root = argument
             for path in _walk(argument, recursive, excluded):
-                if is_image_path(path):
-                    found.append((path, root))
+                if _is_regular(path) and _is_output(path, excluded):
+                    continue
+                if is_image_path(path) and _is_regular(path):
+                    found.append((path, argument))
                 else:
                     collected.passed_over += 1
         elif os.path.exists(argument):
@@ -84,38 +151,76 @@ def collect_inputs(
             if not matches:
                 raise InputError(f"{argument!r} matches no file")
             root = _glob_root(argument)
+            # As for folders: an output folder inside the glob's reach is not entered.
+            skip_out = excluded is not None and not _within(os.path.realpath(root), excluded)
             for path in matches:
-                if _is_output(path, excluded):
+                if os.path.isdir(path) or (skip_out and _within(path, excluded)) or \
+                        (_is_regular(path) and _is_output(path, excluded)):
                     continue  # a glob such as photos/**/*.png must not pick up our own maps
-                if os.path.isfile(path) and is_image_path(path):
+                if is_image_path(path) and _is_regular(path):
                     found.append((path, root))
-                elif os.path.isfile(path):
+                else:
                     collected.passed_over += 1
         else:
             raise InputError(f"input {argument!r} not found")
-    collected.items = _assign_outputs(_unique(found))
+    collected.items = [
+        InputItem(path, output_stem(path), root)
+        for path, root in _unique(found)
+    ]
     return collected
 
 
+def _is_regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _walk(folder: str, recursive: bool, excluded: str | None):
-    for current, dirs, files in os.walk(folder):
-        dirs[:] = sorted(
-            d for d in dirs
-            if not d.startswith(".") and os.path.realpath(os.path.join(current, d)) != excluded
-        )
-        for name in sorted(files):
-            path = os.path.join(current, name)
-            if not name.startswith(".") and not _is_output(path, excluded):
-                yield path
-        if not recursive:
-            dirs[:] = []
+    """Files below ``folder`` in sorted order, without recursion (any depth works).
+
+    Hidden names are skipped; links to folders are not followed; the output folder
+    is not walked into.
+    """
+    seen: set[str] = set()
+    stack = [folder]
+    while stack:
+        current = stack.pop()
+        real = os.path.realpath(current)
+        if real in seen or (current != folder and real == excluded):
+            continue
+        seen.add(real)
+        try:
+            entries = sorted(os.scandir(current), key=lambda entry: entry.name)
+        except OSError:
+            continue
+        folders = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                elif not entry.is_dir():  # a link to a folder is not followed
+                    yield entry.path
+            except OSError:
+                continue
+        if recursive:
+            stack.extend(reversed(folders))
 
 
 def _is_output(path: str, excluded: str | None) -> bool:
-    """A map or manifest that a run wrote into the output folder ``excluded``."""
-    if excluded is None or not _OUTPUT_NAME.search(os.path.basename(path)):
+    """A PNG that guidedbp wrote into the output folder ``excluded``."""
+    if excluded is None or not path.lower().endswith(".png"):
         return False
-    return os.path.realpath(path).startswith(excluded.rstrip(os.sep) + os.sep)
+    return _within(path, excluded) and is_own_png(path)
+
+
+def _within(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` (a real path) or lies below it."""
+    real = os.path.realpath(path)
+    return real == folder or real.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _glob_root(pattern: str) -> str:
@@ -136,35 +241,3 @@ def _unique(found: list[tuple[str, str]]) -> list[tuple[str, str]]:
             seen.add(key)
             unique.append((path, root))
     return unique
-
-
-def _assign_outputs(found: list[tuple[str, str]]) -> list[InputItem]:
-    """Output stems relative to the roots, collision-free.
-
-    With one root, paths are relative to it; with several, relative to their
-    common folder, so ``a/cat.jpg`` and ``b/cat.jpg`` stay apart. Two images with
-    the same stem in one folder (``cat.jpg``, ``cat.png``) keep their extension
-    in the stem (``cat_jpg``, ``cat_png``); a stem that still clashes (with a
-    file called ``cat_jpg.png``, or one differing only in letter case, which is
-    the same file on case-insensitive disks) gets ``_2``, ``_3``... in input order.
-    """
-    roots = {os.path.abspath(root) for _, root in found}
-    common = os.path.commonpath(sorted(roots)) if len(roots) > 1 else None
-    relative = []
-    for path, root in found:
-        base = common if common is not None else os.path.abspath(root)
-        relative.append(os.path.relpath(os.path.abspath(path), base))
-    stems = defaultdict(list)
-    for rel in relative:
-        stems[os.path.splitext(rel)[0].lower()].append(rel)
-    items, taken = [], set()
-    for (path, _), rel in zip(found, relative):
-        stem, extension = os.path.splitext(rel)
-        if len(stems[stem.lower()]) > 1:
-            stem = f"{stem}_{extension.lstrip('.').lower()}"
-        unique, number = stem, 2
-        while unique.lower() in taken:
-            unique, number = f"{stem}_{number}", number + 1
-        taken.add(unique.lower())
-        items.append(InputItem(path=path, output_stem=Path(unique).as_posix()))
-    return items

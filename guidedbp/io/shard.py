@@ -16,16 +16,21 @@ cover every input exactly once. K counts from 0, like Slurm's
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import stat
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from guidedbp._text import one_line
 from guidedbp.errors import GuidedbpError
 from guidedbp.io.inputs import InputItem
-from guidedbp.io.manifest import ManifestWriter, read_manifest
+from guidedbp.io.write import atomic_write_bytes
 
 MERGED_MANIFEST = "manifest.jsonl"
-_SHARD_MANIFEST = re.compile(r"^manifest-(\d+)-of-(\d+)\.jsonl$")
+# ASCII digits only: int() would also read other scripts' digits ("manifest-١-of-2.jsonl").
+_SHARD_MANIFEST = re.compile(r"^manifest-([0-9]+)-of-([0-9]+)\.jsonl$", re.ASCII)
 
 
 class ShardError(ValueError, GuidedbpError):
@@ -48,8 +53,19 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def shard_of(output_stem: str, count: int) -> int:
-    """The shard (0..count-1) an input belongs to, from the sha256 of its output stem."""
-    digest = hashlib.sha256(output_stem.encode("utf-8")).digest()
+    """The shard (0..count-1) an input belongs to, from the sha256 of its output stem.
+
+    Total: a file name that is not UTF-8 (``b"\\xff.png"``, which Python reads as
+    ``"\\udcff.png"``) is hashed as its real bytes, so it has a shard like any other.
+
+    >>> shard_of("\\udcff", 7) == shard_of("\\udcff", 7)
+    True
+    """
+    try:
+        data = output_stem.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate no file system gave: still one fixed shard
+        data = output_stem.encode("utf-8", errors="surrogatepass")
+    digest = hashlib.sha256(data).digest()
     return int.from_bytes(digest[:8], "big") % count
 
 
@@ -63,52 +79,161 @@ def manifest_name(index: int, count: int) -> str:
     return f"manifest-{index}-of-{count}.jsonl"
 
 
+@dataclass(frozen=True)
+class _ShardFile:
+    """One ``manifest-K-of-N.jsonl`` found in the folder."""
+
+    path: str
+    index: int
+    count: int
+
+
+def _shard_files(folder: str) -> dict[int, _ShardFile]:
+    """The shard manifests in ``folder`` by K, all of one N, K = 0..N-1 each present once.
+
+    Raises:
+        ShardError: A name that only looks like a shard's, N = 0, K >= N, something that
+            is not a regular file, several values of N, a missing shard, or none at all.
+    """
+    by_count: dict[int, dict[int, _ShardFile]] = {}
+    for name in sorted(os.listdir(folder)):
+        match = _SHARD_MANIFEST.match(name)
+        if not match:
+            continue
+        path = os.path.join(folder, name)
+        index, count = int(match[1]), int(match[2])
+        if name != manifest_name(index, count):
+            raise ShardError(f"{path}: not a shard manifest name (leading zero); "
+                             f"guidedbp writes {manifest_name(index, count)}")
+        if count < 1:
+            raise ShardError(f"{path}: N = 0 shards is not a run (N must be at least 1)")
+        if index >= count:
+            raise ShardError(f"{path}: shard {index} of {count} cannot exist "
+                             f"(K counts from 0 and must be below N)")
+        _check_regular_file(path)
+        by_count.setdefault(count, {})[index] = _ShardFile(path, index, count)
+    if not by_count:
+        raise ShardError(f"no manifest-K-of-N.jsonl files in {folder}")
+    if len(by_count) > 1:
+        counts = ", ".join(f"of-{n}" for n in sorted(by_count))
+        raise ShardError(f"shard manifests of different runs in {folder} ({counts}): keep one N")
+    (count, shards), = by_count.items()
+    missing = sorted(set(range(count)) - set(shards))
+    if missing:
+        have = ",".join(map(str, sorted(shards)))
+        raise ShardError(f"found shards {have or 'none'} of {count}: missing "
+                         f"{','.join(map(str, missing))} "
+                         f"(no {manifest_name(missing[0], count)} in {folder})")
+    return shards
+
+
+def _check_regular_file(path: str) -> None:
+    """Refuse folders, FIFOs, sockets and devices before opening (a FIFO would block)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        raise ShardError(f"{path}: cannot read it ({one_line(error.strerror or error)})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise ShardError(f"{path}: {kind}, expected a shard manifest file")
+
+
+def _read_bytes(path: str) -> bytes:
+    # O_NONBLOCK: should a FIFO take the file's place after the check, opening it
+    # returns at once and fstat refuses it, instead of waiting for a writer forever.
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        descriptor = os.open(path, flags)
+        try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise ShardError(f"{path}: not a regular file, expected a shard manifest file")
+            with os.fdopen(descriptor, "rb", closefd=False) as handle:
+                return handle.read()
+        finally:
+            os.close(descriptor)
+    except OSError as error:
+        raise ShardError(f"{path}: cannot read it ({one_line(error.strerror or error)})") from None
+
+
+def _read_shard(shard: _ShardFile) -> list[dict]:
+    """The records of one shard manifest, each a JSON object with a string ``"input"``.
+
+    Raises:
+        ShardError: Naming the file and line of the first line that is not UTF-8, not
+            JSON, not an object, or has no string ``"input"``.
+    """
+    records = []
+    for number, raw in enumerate(_read_bytes(shard.path).splitlines(), start=1):
+        where = f"{shard.path}, line {number}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ShardError(f"{where}: not UTF-8 (byte 0x{raw[error.start]:02x} at "
+                             f"column {error.start + 1})") from None
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ShardError(f"{where}: not JSON ({error.msg} at column {error.colno})") from None
+        except (ValueError, RecursionError) as error:  # huge numbers, deep nesting
+            raise ShardError(f"{where}: not JSON a manifest can hold "
+                             f"({one_line(error, 120)})") from None
+        if not isinstance(record, dict):
+            raise ShardError(f"{where}: a JSON {_json_kind(record)}, expected an object "
+                             f'with "input"')
+        if "input" not in record:
+            raise ShardError(f'{where}: record has no "input"')
+        if not isinstance(record["input"], str):
+            raise ShardError(f'{where}: "input" is a JSON {_json_kind(record["input"])}, '
+                             "expected a string")
+        records.append(record)
+    return records
+
+
+def _json_kind(value: object) -> str:
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean",
+             int: "number", float: "number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
 def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
     """Join ``manifest-K-of-N.jsonl`` for K = 0..N-1 into ``folder/manifest.jsonl``.
 
     Records keep the order of the shard files (K ascending), then of their lines.
-    The merged file is written under a temporary name and renamed into place.
+    Every shard is read and checked before anything is written; the merged file is
+    then written under a temporary name and renamed into place, so a refused merge
+    leaves an existing ``manifest.jsonl`` as it was.
 
     Returns:
         ``(path, shard count, record count)``.
 
     Raises:
-        ShardError: No shard manifests, several values of N, a missing shard, or an
-            input listed twice.
+        ShardError: No shard manifests, a bad shard name (N = 0, K >= N), a shard that
+            is not a regular file, several values of N, a missing shard, a line that is
+            not a UTF-8 JSON object with a string ``"input"`` (named by file and line),
+            an input listed twice, or a merged manifest that cannot be written.
     """
     folder = os.fspath(folder)
-    found: dict[int, set[int]] = {}
-    for name in sorted(os.listdir(folder)):
-        match = _SHARD_MANIFEST.match(name)
-        if match:
-            found.setdefault(int(match[2]), set()).add(int(match[1]))
-    if not found:
-        raise ShardError(f"no manifest-K-of-N.jsonl files in {folder}")
-    if len(found) > 1:
-        counts = ", ".join(f"of-{n}" for n in sorted(found))
-        raise ShardError(f"shard manifests of different runs in {folder} ({counts}): keep one N")
-    (count, indices), = found.items()
-    missing = sorted(set(range(count)) - indices)
-    if missing:
-        have = ",".join(map(str, sorted(i for i in indices if i < count)))
-        raise ShardError(f"found shards {have or 'none'} of {count}: missing "
-                         f"{','.join(map(str, missing))}")
+    try:
+        shards = _shard_files(folder)
+    except OSError as error:  # the folder itself cannot be listed
+        raise ShardError(f"{folder}: cannot list it ({one_line(error.strerror or error)})") \
+            from None
     records, seen = [], {}
-    for index in range(count):
-        for record in read_manifest(os.path.join(folder, manifest_name(index, count))):
+    for index in range(len(shards)):
+        for record in _read_shard(shards[index]):
             if record["input"] in seen:
                 raise ShardError(f"input {record['input']!r} appears in shards "
                                  f"{seen[record['input']]} and {index}")
             seen[record["input"]] = index
             records.append(record)
     target = os.path.join(folder, MERGED_MANIFEST)
-    temporary = os.path.join(folder, f".{MERGED_MANIFEST}.{os.getpid()}.tmp")
+    # One JSON object per line, as ManifestWriter writes them.
+    data = "".join(json.dumps(record) + "\n" for record in records).encode("utf-8")
     try:
-        with ManifestWriter(temporary) as writer:
-            for record in records:
-                writer.write(record)
-        os.replace(temporary, target)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-    return target, count, len(records)
+        atomic_write_bytes(target, data, durable=True)
+    except OSError as error:
+        raise ShardError(f"{target}: cannot write it ({one_line(error.strerror or error)})") \
+            from None
+    return target, len(shards), len(records)

@@ -26,18 +26,24 @@ import os
 import secrets
 
 import numpy as np
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 __all__ = [
     "PNG_COMPRESS_LEVEL",
     "atomic_write_bytes",
     "encode_png",
+    "is_own_png",
+    "is_whole_png",
     "save_npy",
     "save_png",
 ]
 
 #: zlib level for PNG output: a fixed value keeps the bytes reproducible.
 PNG_COMPRESS_LEVEL = 6
+#: The text chunk every PNG guidedbp writes carries, right after IHDR.
+_MARK = ("Software", "guidedbp")
+_MARK_BYTES = b"tEXt" + _MARK[0].encode() + b"\x00" + _MARK[1].encode()
+_MARK_READ = 8 + 25 + 8 + len(_MARK_BYTES)  # signature, IHDR, the text chunk's header
 
 
 def _temporary_path(path: str) -> str:
@@ -135,7 +141,8 @@ def encode_png(array: np.ndarray) -> bytes:
             grayscale) or ``(H, W, 3)`` (saved as 8-bit RGB).
 
     Returns:
-        The PNG file's bytes: IHDR, IDAT and IEND chunks only.
+        The PNG file's bytes: IHDR, one ``tEXt`` chunk ``Software: guidedbp`` (how
+        guidedbp recognises its own outputs, :func:`is_own_png`), IDAT and IEND.
 
     Raises:
         ValueError: If ``array`` is not ``uint8`` of one of those shapes, or is empty.
@@ -146,8 +153,46 @@ def encode_png(array: np.ndarray) -> bytes:
     image = Image.fromarray(picture)  # uint8 (H, W) -> 'L', (H, W, 3) -> 'RGB'
     if image.mode != mode:  # cannot happen with the checks above; never save a surprise
         raise ValueError(f"PNG array gave Pillow mode {image.mode!r}, expected {mode!r}")
-    image.save(buffer, format="PNG", compress_level=PNG_COMPRESS_LEVEL, optimize=False)
+    info = PngImagePlugin.PngInfo()
+    info.add_text(*_MARK)
+    image.save(buffer, format="PNG", compress_level=PNG_COMPRESS_LEVEL, optimize=False,
+               pnginfo=info)
     return buffer.getvalue()
+
+
+def is_own_png(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a PNG that guidedbp wrote (its ``Software`` text chunk).
+
+    Reads the first bytes only. Call it on regular files: opening a FIFO blocks.
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> save_png(os.path.join(folder, "a.png"), np.zeros((2, 2), np.uint8))
+    >>> is_own_png(os.path.join(folder, "a.png"))
+    True
+    """
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_MARK_READ)
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG\r\n\x1a\n") and _MARK_BYTES in head
+
+
+def is_whole_png(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a non-empty PNG that ends in its IEND chunk (a cheap check of
+    a file left by an earlier run: a truncated or emptied file is not whole)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() < 8 + 12:
+                return False
+            handle.seek(-12, os.SEEK_END)
+            tail = handle.read(12)
+    except OSError:
+        return False
+    return head == b"\x89PNG\r\n\x1a\n" and tail[4:8] == b"IEND"
 
 
 def save_png(path: str | os.PathLike[str], array: np.ndarray) -> None:

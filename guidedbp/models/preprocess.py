@@ -4,7 +4,9 @@
 ``keras.applications`` without importing Keras; :data:`KERAS_APPLICATIONS` says which
 mode and input size each application uses. :func:`fit` resizes an image to a model's
 input size and returns a :class:`Placement` that maps a model-resolution saliency map
-back onto the original image.
+back onto the original image: at the original's size, or at most
+:data:`MAX_SHOWN_SIDE` pixels on the longer side with the original's aspect, so the
+memory a map takes is bounded whatever the image's size.
 
 >>> import numpy as np
 >>> preprocess(np.array([[[0, 255, 51]]], dtype=np.uint8), "scale01")
@@ -16,7 +18,7 @@ KerasApplication(name='ResNet50', preprocess='caffe', default_size=224)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -24,6 +26,7 @@ from PIL import Image
 
 __all__ = [
     "KERAS_APPLICATIONS",
+    "MAX_SHOWN_SIDE",
     "PREPROCESS_MODES",
     "RESIZE_MODES",
     "KerasApplication",
@@ -31,6 +34,7 @@ __all__ = [
     "fit",
     "preprocess",
     "resize_map",
+    "shown_size",
 ]
 
 #: Pixel preprocessing modes understood by :func:`preprocess`.
@@ -38,6 +42,13 @@ PREPROCESS_MODES = ("none", "scale01", "tf", "caffe", "torch")
 
 #: How :func:`fit` brings an image to the model's input size.
 RESIZE_MODES = ("stretch", "crop", "pad")
+
+#: The longest side, in pixels, of a map brought back to an original image's size
+#: (:meth:`Placement.to_original`) and so of every render at the original size. A
+#: larger original's maps and renders keep its aspect at this longer side: a
+#: 9000 x 6000 photo gets 4096 x 2731 renders. One 3-channel float32 map at this size
+#: is 201 MB; at 9000 x 9000 it would be 972 MB.
+MAX_SHOWN_SIDE = 4096
 
 # BGR order, as keras.applications.imagenet_utils uses after flipping RGB to BGR.
 _CAFFE_MEAN_BGR = np.array([103.939, 116.779, 123.68], dtype=np.float32)
@@ -197,6 +208,12 @@ class Placement:
     box: tuple[int, int, int, int]
 
     @property
+    def shown_size(self) -> tuple[int, int]:
+        """``(height, width)`` maps come back at: :attr:`original_size`, capped to
+        :data:`MAX_SHOWN_SIDE` on the longer side (see :func:`shown_size`)."""
+        return shown_size(self.original_size)
+
+    @property
     def content_box(self) -> tuple[int, int, int, int]:
         """``(top, left, bottom, right)`` of the model input that shows the image (not padding)."""
         top, left, _, _ = self.box
@@ -219,20 +236,29 @@ class Placement:
         cols = _scale_span(max(left, 0), min(right, scaled_w), original_w, scaled_w)
         return (rows[0], cols[0], rows[1], cols[1])
 
-    def to_original(self, array: np.ndarray) -> np.ndarray:
+    def to_original(
+        self, array: np.ndarray, max_side: int | None = MAX_SHOWN_SIDE
+    ) -> np.ndarray:
         """Map a model-resolution map back onto the original image's pixel grid.
 
         The part of ``array`` that shows image content (:attr:`content_box`) is resized
         bilinearly onto :attr:`original_box`; original pixels the model never saw (cut
         away by ``"crop"``) are 0. Padding is dropped.
 
+        An original whose longer side exceeds ``max_side`` (by default
+        :data:`MAX_SHOWN_SIDE`) gets its map at :attr:`shown_size` instead, the same
+        picture scaled down: the memory a map takes stays bounded. Pictures to draw
+        it on are scaled down alike (``guidedbp.render`` does it for a larger picture).
+
         Args:
             array: ``(height, width, K)`` or ``(height, width)`` map with
                 ``(height, width) == size``.
+            max_side: The longest side of the result; ``None`` for the original size
+                whatever it is.
 
         Returns:
             A new float32 array of shape ``(H0, W0, K)`` (or ``(H0, W0)`` for 2-D
-            input), where ``(H0, W0) == original_size``.
+            input): ``original_size``, or ``shown_size(original_size, max_side)``.
 
         Raises:
             ValueError: ``array`` is not 2-D or 3-D, or its height and width are not
@@ -244,16 +270,36 @@ class Placement:
                 f"array must have shape ({self.size[0]}, {self.size[1]}, K) or "
                 f"({self.size[0]}, {self.size[1]}), got shape {values.shape}"
             )
+        target = self.original_size if max_side is None else \
+            shown_size(self.original_size, max_side)
+        # The same placement onto a smaller original: its boxes scale with it.
+        onto = self if target == self.original_size else replace(self, original_size=target)
         flat = values.ndim == 2
         stack = values[..., np.newaxis] if flat else values
-        c_top, c_left, c_bottom, c_right = self.content_box
-        o_top, o_left, o_bottom, o_right = self.original_box
-        content = stack[c_top:c_bottom, c_left:c_right, :]
-        out = np.zeros((*self.original_size, stack.shape[2]), dtype=np.float32)
-        out[o_top:o_bottom, o_left:o_right, :] = resize_map(
-            content, (o_bottom - o_top, o_right - o_left)
-        )
+        c_top, c_left, c_bottom, c_right = onto.content_box
+        o_top, o_left, o_bottom, o_right = onto.original_box
+        out = np.zeros((*target, stack.shape[2]), dtype=np.float32)
+        resize_map(stack[c_top:c_bottom, c_left:c_right, :], (o_bottom - o_top, o_right - o_left),
+                   out=out[o_top:o_bottom, o_left:o_right, :])
         return out[..., 0] if flat else out
+
+
+def shown_size(size: tuple[int, int], max_side: int = MAX_SHOWN_SIDE) -> tuple[int, int]:
+    """``size`` (height, width) scaled down to ``max_side`` on its longer side, aspect kept.
+
+    Sizes within ``max_side`` are returned unchanged; sides are rounded, at least 1.
+
+    >>> shown_size((9000, 6000)), shown_size((300, 200))
+    ((4096, 2731), (300, 200))
+    """
+    height, width = int(size[0]), int(size[1])
+    if isinstance(max_side, bool) or not isinstance(max_side, (int, np.integer)) \
+            or max_side < 1:
+        raise ValueError(f"max_side must be a positive int, got {max_side!r}")
+    longer = max(height, width)
+    if longer <= max_side:
+        return height, width
+    return max(1, round(height * max_side / longer)), max(1, round(width * max_side / longer))
 
 
 def fit(
@@ -354,7 +400,9 @@ def _resize_uint8(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return resized.reshape(size[0], size[1], pixels.shape[2])
 
 
-def resize_map(saliency: np.ndarray, size: Sequence[int]) -> np.ndarray:
+def resize_map(
+    saliency: np.ndarray, size: Sequence[int], *, out: np.ndarray | None = None
+) -> np.ndarray:
     """Resize a saliency map bilinearly, channel by channel, in 32-bit float.
 
     Uses Pillow's ``BILINEAR`` filter on mode ``'F'`` images (pixel centres
@@ -365,13 +413,17 @@ def resize_map(saliency: np.ndarray, size: Sequence[int]) -> np.ndarray:
         saliency: Real array of shape ``(h, w, C)``, ``C >= 1``.
         size: Target ``(H, W)``, two positive integers (height first, like
             numpy shapes).
+        out: Where to write the result, a float32 array (or view) of shape
+            ``(H, W, C)``; a new array when ``None``. Only one channel at a time is
+            held besides it.
 
     Returns:
-        ``float32`` array of shape ``(H, W, C)``.
+        ``float32`` array of shape ``(H, W, C)`` (``out`` when given).
 
     Raises:
-        ValueError: If ``saliency`` is not a non-empty real 3-D array or
-            ``size`` is not two positive integers.
+        ValueError: If ``saliency`` is not a non-empty real 3-D array,
+            ``size`` is not two positive integers, or ``out`` has the wrong shape or
+            dtype.
 
     >>> resize_map(np.array([[[0.0], [1.0]]]), (1, 4))[0, :, 0].tolist()
     [0.0, 0.25, 0.75, 1.0]
@@ -388,13 +440,19 @@ def resize_map(saliency: np.ndarray, size: Sequence[int]) -> np.ndarray:
             or min(size) < 1):
         raise ValueError(f"size must be (H, W) with two positive integers, got {size!r}")
     height, width = int(size[0]), int(size[1])
-    values = values.astype(np.float32, copy=False)
-    resized = np.empty((height, width, values.shape[2]), dtype=np.float32)
+    shape = (height, width, values.shape[2])
+    if out is None:
+        out = np.empty(shape, dtype=np.float32)
+    elif out.shape != shape or out.dtype != np.float32:
+        raise ValueError(f"out must be a float32 array of shape {shape}, "
+                         f"got {out.dtype} {out.shape}")
     for channel in range(values.shape[2]):
-        plane = Image.fromarray(np.ascontiguousarray(values[:, :, channel]))  # mode 'F'
-        plane = plane.resize((width, height), resample=Image.Resampling.BILINEAR)
-        resized[:, :, channel] = np.asarray(plane, dtype=np.float32)
-    return resized
+        plane = np.ascontiguousarray(values[:, :, channel], dtype=np.float32)
+        image = Image.fromarray(plane).resize(  # mode 'F'
+            (width, height), resample=Image.Resampling.BILINEAR)
+        out[:, :, channel] = image
+        del image
+    return out
 
 
 def model_size(

@@ -2,7 +2,10 @@
 
 One signature of a SavedModel folder is inlined, its variables frozen to constants,
 and the graph cut down to the chosen output, so the engine can trace it like a Keras
-model. Expected failures raise :class:`~guidedbp.errors.ModelLoadError`.
+model. A SavedModel is a program: unless the caller trusts it, every op it would run
+(while loading, and in the frozen signature) must be on the list of image-classifier
+ops in :mod:`~guidedbp.models.safety`. Expected failures raise
+:class:`~guidedbp.errors.ModelLoadError`.
 """
 
 from __future__ import annotations
@@ -11,8 +14,14 @@ from pathlib import Path
 
 from guidedbp._text import one_line
 from guidedbp.errors import ModelLoadError
+from guidedbp.models import safety
 from guidedbp.models.frozen import FrozenGraph, prune_graph_def
-from guidedbp.models.loaded import DEFAULT_FILE_PREPROCESS, FILE_PREPROCESS_SOURCE, LoadedModel
+from guidedbp.models.loaded import (
+    DEFAULT_FILE_PREPROCESS,
+    FILE_PREPROCESS_SOURCE,
+    LoadedModel,
+    check_input_size,
+)
 
 __all__ = ["is_saved_model", "load_saved_model"]
 
@@ -28,27 +37,45 @@ def load_saved_model(
     signature: str = "serving_default",
     input_key: str | None = None,
     output_key: str | None = None,
+    unsafe_deserialization: bool = False,
 ) -> LoadedModel:
     """Load one signature of a SavedModel folder as a :class:`FrozenGraph`.
+
+    Nothing of the model runs before its ops are checked: the ops that loading would
+    run are read from ``saved_model.pb`` first, and the frozen signature's ops before
+    it is returned; both must be on :data:`~guidedbp.models.safety.CLASSIFIER_OPS`
+    (plus :data:`~guidedbp.models.safety.LOADING_OPS` while loading).
 
     Args:
         spec: The SavedModel folder.
         signature: The signature to explain.
         input_key: The signature input holding the image, where it has several.
         output_key: The signature output holding the class scores, where it has several.
+        unsafe_deserialization: Run ops that are not on the list (files, Python,
+            printing...): for SavedModels you trust.
 
     Returns:
         A :class:`~guidedbp.models.loaded.LoadedModel` of format ``"savedmodel"``.
 
     Raises:
-        ModelLoadError: With a one-line reason: unreadable, no such signature or key,
-            a non-float or non-image input, or an output that needs other inputs.
+        ModelLoadError: With a one-line reason: unreadable, ops off the list, no such
+            signature or key, a non-float, non-image or too large input, or an output
+            that needs other inputs.
     """
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
 
+    if not unsafe_deserialization:
+        try:
+            loading_ops = safety.loading_op_types(spec)
+        except Exception as error:  # OSError, protobuf's DecodeError
+            raise ModelLoadError(
+                f"{spec!r} is not a readable SavedModel: {one_line(error, limit=200)}"
+            ) from error
+        allowed = safety.CLASSIFIER_OPS | safety.LOADING_OPS
+        _refuse_unlisted(spec, "runs, when it loads,", safety.unlisted_ops(loading_ops, allowed))
     try:
         saved = tf.saved_model.load(spec)
     except Exception as error:
@@ -72,19 +99,24 @@ def load_saved_model(
         raise ModelLoadError(
             f"{spec!r} input {in_key!r} has shape {input_spec.shape}, not (N, H, W, C) images"
         )
+    check_input_size(spec, tuple(input_spec.shape[1:]))
     try:
         frozen = convert_variables_to_constants_v2(function)
     except Exception as error:
         raise ModelLoadError(
             f"cannot inline {spec!r}'s graph: {one_line(error, limit=200)}"
         ) from error
+    frozen_graph_def = frozen.graph.as_graph_def()
+    if not unsafe_deserialization:
+        used = safety.graph_op_types(frozen_graph_def)
+        _refuse_unlisted(spec, f"signature {signature!r} uses", safety.unlisted_ops(used))
     flat_inputs = tf.nest.flatten(function.structured_input_signature, expand_composites=True)
     flat_names = [s.name for s in flat_inputs]
     placeholder = frozen.inputs[flat_names.index(input_spec.name)]
     # Frozen outputs come in tf.nest's flattening order of the signature's outputs.
     output_keys = tf.nest.flatten({key: key for key in function.structured_outputs})
     output = frozen.outputs[output_keys.index(out_key)]
-    graph_def = prune_graph_def(frozen.graph.as_graph_def(), output.op.name)
+    graph_def = prune_graph_def(frozen_graph_def, output.op.name)
     needed = {node.name for node in graph_def.node}
     if placeholder.op.name not in needed:
         raise ModelLoadError(
@@ -115,6 +147,16 @@ def load_saved_model(
         preprocess=DEFAULT_FILE_PREPROCESS,
         preprocess_source=FILE_PREPROCESS_SOURCE,
     )
+
+
+def _refuse_unlisted(spec: str, what: str, ops: list[str]) -> None:
+    """Refuse ``spec`` when ``ops`` (op types off the list) is not empty."""
+    if ops:
+        raise ModelLoadError(
+            f"{spec!r} {what} TensorFlow ops that are not on guidedbp's list of "
+            f"image-classifier ops ({', '.join(ops)}): such ops could read or write files "
+            "or run code; if you trust this SavedModel, pass unsafe_deserialization=True"
+        )
 
 
 def _pick(spec: str, what: str, mapping: dict, key: str | None, parameter: str) -> str:

@@ -20,15 +20,20 @@ from guidedbp.pipeline.stages import Plan, Prepared, Summary
 
 class Delivery:
     """Where finished records go: the summary, the manifest and the progress bar, in
-    input order. Shared by every runner."""
+    input order. Shared by every runner.
 
-    def __init__(self, plan: Plan, summary: Summary, progress=None):
+    Args:
+        carried: Input paths whose records are carried over from an earlier run.
+    """
+
+    def __init__(self, plan: Plan, summary: Summary, progress=None, carried=()):
         self.plan, self.summary, self.progress = plan, summary, progress
+        self.carried = carried
         self.failed = False  # a record with status "error" was delivered
         self._manifest = ManifestWriter(os.path.join(plan.output, plan.options.manifest))
 
     def deliver(self, record: dict) -> None:
-        self.summary.count(record)
+        self.summary.count(record, skipped=record["input"] in self.carried)
         self.failed = self.failed or record["status"] == "error"
         self._manifest.write(record)
         if self.progress is not None:
@@ -38,7 +43,8 @@ class Delivery:
         self._manifest.close()
 
 
-def run_local(plan: Plan, explainer, items: list, progress=None) -> Summary:
+def run_local(plan: Plan, explainer, items: list, progress=None,
+              carried: dict | None = None) -> Summary:
     """Explain ``items`` into ``plan.output``; returns the run's summary.
 
     The first Ctrl-C finishes the current batch and stops (the summary says
@@ -50,7 +56,8 @@ def run_local(plan: Plan, explainer, items: list, progress=None) -> Summary:
     fail_fast = plan.options.output.fail_fast
     batches = stages.batched(items, plan.options.method.batch_size)
     interrupt = _Interrupt()
-    delivery = Delivery(plan, summary, progress)
+    carried = carried or {}
+    delivery = Delivery(plan, summary, progress, carried)
     try:
         with ThreadPoolExecutor(2, "guidedbp-decode") as decoders, \
                 ThreadPoolExecutor(2, "guidedbp-write") as writers:
@@ -58,7 +65,8 @@ def run_local(plan: Plan, explainer, items: list, progress=None) -> Summary:
             def submit_decode(index: int) -> list[Future]:
                 if index >= len(batches) or interrupt.stopped:
                     return []
-                return [decoders.submit(stages.prepare, plan, item) for item in batches[index]]
+                return [decoders.submit(stages.prepare, plan, item, carried.get(item.path))
+                        for item in batches[index]]
 
             def finish(futures: list[Future]) -> None:
                 for future in futures:

@@ -1,11 +1,15 @@
 """How an explain run names its outputs: one rule, written down once.
 
-Under OUT, each input's outputs sit at its output stem (its path below the folder
-it was found in, see :mod:`guidedbp.io.inputs`)::
+Under OUT, each input's outputs sit at its output stem: the input's path as it was
+named or found, normalised, its extension kept (:func:`guidedbp.io.inputs.output_stem`:
+``photos/a/cat.jpg``; ``..`` and a leading ``/`` are encoded so that everything stays
+inside OUT)::
 
     STEM[.CLASS].METHOD.RENDER.png   one per method and render (CLASS with classes/top_k)
     STEM[.CLASS].panel.png           with several methods and the panel render
     STEM[.CLASS].METHOD.npy          with raw: the float32 map at model resolution
+
+CLASS is ``281-tabby`` (the index, then the name cut to 48 characters) or ``281``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ def class_slug(index: int, labels) -> str:
     """``281-tabby`` (or ``281`` without labels): the class part of an output name."""
     if labels is None or index >= len(labels):
         return str(index)
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", labels[index]).strip("-").lower()
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", labels[index]).strip("-").lower()[:48].strip("-")
     return f"{index}-{slug}" if slug else str(index)
 
 

@@ -72,7 +72,7 @@ def import_ray():
 
 
 def run_on_ray(plan: Plan, recipe: Recipe, items: list, cluster: Cluster,
-               progress=None) -> Summary:
+               progress=None, carried: dict | None = None) -> Summary:
     """Explain ``items`` on Ray; the manifest is written by the driver, in input order.
 
     The plan's feed tells the decode tasks what to do (the tasks never receive the
@@ -98,10 +98,12 @@ def run_on_ray(plan: Plan, recipe: Recipe, items: list, cluster: Cluster,
     # records get back the paths as the user gave them.
     remote = dataclasses.replace(plan, output=os.path.abspath(plan.output))
     batches = stages.batched(items, plan.options.method.batch_size)
+    carried = carried or {}
     rows = [{"batch": index, "items": pickle.dumps(
-        [dataclasses.replace(item, path=os.path.abspath(item.path)) for item in batch])}
+        [(dataclasses.replace(item, path=os.path.abspath(item.path)), carried.get(item.path))
+         for item in batch])}
         for index, batch in enumerate(batches)]
-    delivery = Delivery(plan, summary, progress)
+    delivery = Delivery(plan, summary, progress, carried)
     try:
         dataset = (
             ray.data.from_items(rows)
@@ -140,7 +142,8 @@ def _task_pool(ray, size: int) -> dict:
 
 def _prepare_row(row: dict, plan: Plan) -> dict:
     """A decode task: one batch of inputs -> decoded, fitted, preprocessed."""
-    prepared = [stages.prepare(plan, item) for item in pickle.loads(row["items"])]
+    prepared = [stages.prepare(plan, item, carried)
+                for item, carried in pickle.loads(row["items"])]
     # Pickled: images of one batch differ in size, which Arrow tensor columns refuse.
     return {"batch": row["batch"], "prepared": pickle.dumps(prepared)}
 

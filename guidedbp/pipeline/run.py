@@ -9,16 +9,22 @@ returns the maps together with the picture.
 from __future__ import annotations
 
 import os
+import stat
+import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from guidedbp._text import plural
 from guidedbp.api import Explainer
 from guidedbp.engine.explainer import Explanation
 from guidedbp.errors import GuidedbpError
 from guidedbp.io.images import decode_image
 from guidedbp.io.inputs import collect_inputs
+from guidedbp.io.lock import OutputLock
+from guidedbp.io.manifest import is_manifest, read_earlier
 from guidedbp.io.shard import select_shard
 from guidedbp.models.labels import resolve_class
 from guidedbp.models.loading import LoadedModel, load_model
@@ -26,7 +32,7 @@ from guidedbp.models.preprocess import prepare
 from guidedbp.pipeline.local import run_local
 from guidedbp.pipeline.naming import label_of
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, RunOptions
-from guidedbp.pipeline.stages import Feed, Plan, Summary
+from guidedbp.pipeline.stages import Feed, Plan, Summary, carried_over, record
 
 
 class NoImagesError(GuidedbpError):
@@ -81,6 +87,7 @@ def explain_files(
     >>> summary.done, summary.failures  # doctest: +SKIP
     (6, [])
     """
+    started = time.perf_counter()
     options = RunOptions.of(options, **fields)
     output = os.fspath(output)
     if runner not in ("local", "ray"):
@@ -96,29 +103,129 @@ def explain_files(
     collected = collect_inputs(names, options.inputs.recursive, exclude=output)
     if not collected.items:
         raise NoImagesError(f"no images found in {', '.join(names)} "
-                            f"({collected.passed_over} other files passed over)")
+                            f"({plural(collected.passed_over, 'other file')} passed over)")
     items = collected.items
     if options.inputs.shard is not None:  # an empty shard still writes its (empty) manifest
         items = select_shard(items, *options.inputs.shard)
-
-    loaded = model if isinstance(model, LoadedModel) else load_model(model, **(load or {}))
-    explainer = Explainer(loaded, options.methods, options=options.method)
-    num_classes = explainer.report.num_classes  # traces once: a bad layer fails here
-    classes = tuple(resolve_class(spec, loaded.labels, num_classes)
-                    for spec in options.classes.classes)
-    os.makedirs(output, exist_ok=True)
-    if hasattr(progress, "begin"):
-        progress.begin(len(items))
-    plan = Plan(output, options, Feed.of(loaded), classes)
-    if runner == "ray" and items:
-        from guidedbp.pipeline.ray_runner import Cluster, Recipe, run_on_ray
-
-        recipe = Recipe(os.fspath(model), dict(load or {}))
-        summary = run_on_ray(plan, recipe, items, cluster or Cluster(), progress)
-    else:
-        summary = run_local(plan, explainer, items, progress)
+    manifest = os.path.join(output, options.manifest)
+    created = _check_output(output, manifest)  # before the model loads: fail fast
+    try:
+        summary, loading = _run(model, load, options, output, manifest, items, runner,
+                                cluster, progress, started)
+    except BaseException:
+        _remove_if_empty(created)  # a run that wrote nothing leaves nothing behind
+        raise
     summary.passed_over = collected.passed_over
+    summary.loading = loading
+    summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _run(model, load, options, output, manifest, items, runner, cluster, progress, started):
+    with OutputLock(output, options.manifest):
+        earlier = read_earlier(manifest)
+        loaded = model if isinstance(model, LoadedModel) else load_model(model, **(load or {}))
+        explainer = Explainer(loaded, options.methods, options=options.method)
+        num_classes = explainer.report.num_classes  # traces once: a bad layer fails here
+        for note in _notes(loaded, num_classes):
+            warnings.warn(note, ModelWarning, stacklevel=3)
+        classes = tuple(resolve_class(spec, loaded.labels, num_classes)
+                        for spec in options.classes.classes)
+        owned = frozenset(path for record in earlier.values()
+                          for target in record["targets"] if isinstance(target, dict)
+                          for path in _paths_of(target))
+        plan = Plan(output, options, Feed.of(loaded), classes, num_classes, owned)
+        carried = carried_over(plan, items, earlier) if options.output.skip_existing else {}
+        carried.update(_clashes(plan, items))
+        if hasattr(progress, "begin"):
+            progress.begin(len(items))
+        loading = time.perf_counter() - started
+        if runner == "ray" and items:
+            from guidedbp.pipeline.ray_runner import Cluster, Recipe, run_on_ray
+
+            recipe = Recipe(os.fspath(model), dict(load or {}))
+            summary = run_on_ray(plan, recipe, items, cluster or Cluster(), progress, carried)
+        else:
+            summary = run_local(plan, explainer, items, progress, carried)
+    return summary, loading
+
+
+def _clashes(plan: Plan, items: list) -> dict[str, dict]:
+    """Failed records for inputs whose output names differ from an earlier input's only in
+    letter case (``A.PNG``, ``a.png``): on a case-insensitive disk they would be one file."""
+    seen: dict[str, str] = {}
+    failed = {}
+    for item in items:
+        key = item.output_stem.casefold()
+        if key in seen:
+            failed[item.path] = record(plan, item, "error", (
+                f"its output names differ from those of {seen[key]!r} only in letter case, "
+                "which a case-insensitive disk cannot keep apart: rename one of them"), [])
+        else:
+            seen[key] = item.path
+    return failed
+
+
+class ModelWarning(UserWarning):
+    """Something to know about the model before trusting its maps (what ``guidedbp
+    inspect`` notes): random weights, no preprocessing found, labels that do not
+    match the classes."""
+
+
+def _notes(loaded, num_classes: int) -> list[str]:
+    notes = list(loaded.notes)
+    if loaded.labels is not None and len(loaded.labels) != num_classes:
+        notes.append(f"{plural(len(loaded.labels), 'class name')} for "
+                     f"{plural(num_classes, 'class')}: names may be wrong")
+    return notes
+
+
+def _paths_of(target: dict) -> list[str]:
+    outputs = target.get("outputs") if isinstance(target.get("outputs"), dict) else {}
+    raw = target.get("raw")
+    raws = [raw] if isinstance(raw, str) else list(raw.values()) if isinstance(raw, dict) else []
+    return [p for p in [*outputs.values(), *raws] if isinstance(p, str)]
+
+
+def _check_output(output: str, manifest: str) -> list[str]:
+    """OUT can be created, and its manifest, if any, is a file guidedbp wrote.
+
+    Returns:
+        The folders it created, deepest last.
+
+    Raises:
+        GuidedbpError: Naming what is wrong.
+    """
+    created, folder = [], os.path.abspath(output)
+    while not os.path.isdir(folder) and not os.path.lexists(folder):
+        created.insert(0, folder)
+        folder = os.path.dirname(folder)
+    try:
+        os.makedirs(output, exist_ok=True)
+    except OSError as error:
+        raise GuidedbpError(f"cannot create the output folder {output!r}: "
+                            f"{error.strerror or error}") from None
+    if not os.access(output, os.W_OK | os.X_OK):
+        raise GuidedbpError(f"cannot write into the output folder {output!r}: permission denied")
+    try:
+        mode = os.lstat(manifest).st_mode
+    except FileNotFoundError:
+        return created
+    if stat.S_ISLNK(mode):
+        raise GuidedbpError(f"{manifest!r} is a symbolic link: guidedbp does not write "
+                            "through links (remove it, or choose another output folder)")
+    if not stat.S_ISREG(mode) or not is_manifest(manifest):
+        raise GuidedbpError(f"{manifest!r} exists and is not a guidedbp manifest: refusing to "
+                            "overwrite it (move it, or choose another output folder)")
+    return created
+
+
+def _remove_if_empty(folders: list[str]) -> None:
+    for folder in reversed(folders):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
 
 
 @dataclass(frozen=True)

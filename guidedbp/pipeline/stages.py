@@ -12,6 +12,7 @@ preprocessing (in the plan), explaining needs an explainer, writing needs neithe
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +21,7 @@ from guidedbp._text import one_line
 from guidedbp.engine.methods import method
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem
-from guidedbp.io.write import save_npy, save_png
+from guidedbp.io.write import is_own_png, is_whole_png, save_npy, save_png
 from guidedbp.models.preprocess import prepare as fit_and_preprocess
 from guidedbp.pipeline.naming import Naming, label_of
 from guidedbp.pipeline.options import RunOptions
@@ -59,12 +60,18 @@ class Plan:
         options: The run's :class:`~guidedbp.pipeline.options.RunOptions`.
         feed: The model's :class:`Feed`.
         classes: The explicit classes, resolved to indices (empty: top-1 or top-k).
+        num_classes: How many classes the model has (0: not known).
+        owned: Files under OUT (relative paths) that an earlier run's manifest says
+            guidedbp wrote; with the PNGs that carry guidedbp's mark, the only files
+            a run may replace.
     """
 
     output: str
     options: RunOptions
     feed: Feed
     classes: tuple[int, ...] = ()
+    num_classes: int = 0
+    owned: frozenset = frozenset()
 
     @property
     def naming(self) -> Naming:
@@ -83,6 +90,7 @@ class Prepared:
     placement: object = None
     model_input: np.ndarray | None = None
     error: str | None = None
+    carried: dict | None = None  # an earlier run's record, when resuming skips it
 
 
 @dataclass(frozen=True)
@@ -102,7 +110,8 @@ class Summary:
     skipped: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)
     interrupted: bool = False
-    seconds: float = 0.0
+    seconds: float = 0.0  # the whole run, loading the model included
+    loading: float = 0.0  # of which: loading the model and tracing the engine
     passed_over: int = 0
     output: str = ""
     manifest: str = "manifest.jsonl"
@@ -113,11 +122,12 @@ class Summary:
             return 130
         return 1 if self.failures else 0
 
-    def count(self, record: dict) -> None:
-        """Count one input's manifest record."""
+    def count(self, record: dict, skipped: bool = False) -> None:
+        """Count one input's manifest record (``skipped``: carried over from an earlier
+        run)."""
         if record["status"] == "error":
             self.failures.append((record["input"], record["error"]))
-        elif record["status"] == "skipped":
+        elif skipped or record["status"] == "skipped":
             self.skipped += 1
         else:
             self.done += 1
@@ -132,37 +142,76 @@ def batched(items: list, size: int) -> list[list]:
 # -- prepare -----------------------------------------------------------------------------
 
 
-def existing(plan: Plan, item: InputItem) -> list[dict] | None:
-    """The targets of an input whose outputs are all on disk already, or None."""
-    if plan.options.classes.top_k:
-        return None  # names depend on the predicted classes
-    naming, labels, found = plan.naming, plan.feed.labels, []
-    for target in plan.classes or [None]:
-        outputs, raw = naming.paths(item.output_stem, target)
-        paths = list(outputs.values()) + [path for _, path in naming.raw_items(raw)]
-        if not all(os.path.isfile(os.path.join(plan.output, p)) for p in paths):
-            return None
-        label = None if target is None else label_of(target, labels)
-        found.append({"class": target, "label": label, "score": None,
-                      "outputs": outputs, "raw": raw})
-    return found
+def carried_over(plan: Plan, items: list[InputItem], earlier: dict[str, dict]) -> dict:
+    """Resuming: the inputs whose earlier record and outputs still describe them, with
+    those records (input path -> record), so they are neither decoded nor computed.
+
+    An input is carried over only when its earlier record is ``ok`` for the same
+    methods and classes, names exactly the outputs this run would write, and every
+    one of those files is whole (a PNG that ends in IEND and carries guidedbp's mark,
+    an ``.npy`` with its header): the resumed manifest then holds the same records an
+    uninterrupted run writes. Anything less is recomputed.
+    """
+    return {item.path: earlier[item.path] for item in items
+            if item.path in earlier and _still_valid(plan, item, earlier[item.path])}
 
 
-def prepare(plan: Plan, item: InputItem) -> Prepared:
-    """Decode, fit and preprocess one input (or leave it for ``outcome`` to skip)."""
-    prepared = Prepared(item)
-    if plan.options.output.skip_existing and existing(plan, item) is not None:
+def _still_valid(plan: Plan, item: InputItem, record: dict) -> bool:
+    options, naming = plan.options, plan.naming
+    targets = record.get("targets") or []
+    if record.get("status") != "ok" or record.get("method") != ",".join(options.methods):
+        return False
+    classes = [target.get("class") for target in targets]
+    if plan.classes:
+        wanted = list(plan.classes) == classes
+    elif options.classes.top_k:
+        wanted = len(classes) == min(options.classes.top_k, plan.num_classes or len(classes))
+    else:
+        wanted = len(classes) == 1
+    if not wanted or not all(isinstance(c, int) for c in classes):
+        return False
+    for target in targets:
+        outputs, raw = naming.paths(item.output_stem, target["class"])
+        if target.get("outputs") != outputs or target.get("raw") != raw:
+            return False
+        if not all(is_whole_png(os.path.join(plan.output, path)) and
+                   is_own_png(os.path.join(plan.output, path)) for path in outputs.values()):
+            return False
+        if not all(_is_npy(os.path.join(plan.output, path))
+                   for _, path in naming.raw_items(raw)):
+            return False
+    return True
+
+
+def _is_npy(path: str) -> bool:
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        with open(path, "rb") as handle:
+            return handle.read(6) == b"\x93NUMPY"
+    except OSError:
+        return False
+
+
+def prepare(plan: Plan, item: InputItem, carried: dict | None = None) -> Prepared:
+    """Decode, fit and preprocess one input (or pass on its ``carried`` earlier record)."""
+    prepared = Prepared(item, carried=carried)
+    if carried is not None:
         return prepared  # neither decoded nor computed
     try:
         image = decode_image(item.path, channels=plan.feed.channels)
     except ImageError as error:
         prepared.error = error.reason
         return prepared
-    prepared.original = image
     inputs = plan.options.inputs
-    prepared.fitted, prepared.placement, prepared.model_input = fit_and_preprocess(
-        image, plan.feed.input_shape, plan.feed.preprocess, inputs.size, inputs.resize,
-    )
+    try:
+        prepared.fitted, prepared.placement, prepared.model_input = fit_and_preprocess(
+            image, plan.feed.input_shape, plan.feed.preprocess, inputs.size, inputs.resize,
+        )
+    except MemoryError:
+        prepared.error = "out of memory while fitting the image to the model"
+        return prepared
+    prepared.original = image
     return prepared
 
 
@@ -250,18 +299,21 @@ def outcome(plan: Plan, prepared: Prepared, explained: list[Explained] | None) -
     """Write one input's outputs and return its manifest record.
 
     ``explained`` is the input's entry of :func:`explain`, ``None`` when it has none:
-    it failed (``prepared.error``) or was skipped (outputs already there). A failed
-    write (disk full, permissions) fails that input, not the run.
+    it failed (``prepared.error``) or was carried over from an earlier run. A failed
+    write (disk full, permissions, a file of the user's in the way, no memory left)
+    fails that input, not the run.
     """
     item = prepared.item
     if prepared.error is not None:
         return record(plan, item, "error", prepared.error, [])
-    if explained is None:
-        return record(plan, item, "skipped", None, existing(plan, item) or [])
+    if prepared.carried is not None:
+        return prepared.carried
     try:
         return _write(plan, prepared, explained)
     except (OSError, ValueError) as error:
         return record(plan, item, "error", one_line(error), [])
+    except MemoryError:
+        return record(plan, item, "error", "out of memory while rendering its maps", [])
 
 
 def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
@@ -270,6 +322,8 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
     targets = []
     for entry in explained:
         outputs, raw = naming.paths(prepared.item.output_stem, entry.target)
+        for relative in [*outputs.values(), *(path for _, path in naming.raw_items(raw))]:
+            _check_target(plan, relative)
         if options.render.output_size == "original":
             shown = {m: prepared.placement.to_original(v) for m, v in entry.maps.items()}
             picture = prepared.original
@@ -294,6 +348,36 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
         targets.append({"class": entry.target, "label": label,
                         "score": round(entry.probability, 6), "outputs": outputs, "raw": raw})
     return record(plan, prepared.item, "ok", None, targets)
+
+
+def _check_target(plan: Plan, relative: str) -> None:
+    """Refuse to write ``OUT/relative`` through a link, or over a file guidedbp did not write.
+
+    Every folder between OUT and the file must be a real folder (a link there would
+    lead outside OUT); an existing file must be one of guidedbp's own (a PNG with its
+    mark, or a file an earlier manifest lists).
+
+    Raises:
+        OSError: With the reason, which fails this input only.
+    """
+    folder = plan.output
+    for part in relative.split("/")[:-1]:
+        folder = os.path.join(folder, part)
+        if os.path.islink(folder):
+            raise OSError(f"{folder!r} is a symbolic link: refusing to write through it")
+    target = os.path.join(plan.output, relative)
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise OSError(f"{target!r} is a symbolic link: refusing to replace it")
+    if not stat.S_ISREG(mode):
+        raise OSError(f"{target!r} exists and is not a file: refusing to replace it")
+    if relative in plan.owned or (relative.endswith(".png") and is_own_png(target)):
+        return
+    raise OSError(f"{target!r} exists and was not written by guidedbp: refusing to "
+                  "overwrite it")
 
 
 def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict) -> np.ndarray:
