@@ -13,6 +13,9 @@
   alone on the same preprocessed batches, same explainer, same process.
 - memory: peak RSS of ``guidedbp explain`` on 100 and on 1,000 images (separate
   processes).
+- memory-big: peak RSS of ``guidedbp explain`` on one PNG of 1 megapixel and on one
+  of 81 megapixels (9000 x 9000, a few hundred KB), same small model, default renders
+  (separate processes): memory must follow the batch, not the image's size.
 """
 
 from __future__ import annotations
@@ -303,13 +306,53 @@ def memory(folder: str) -> None:
           f"1,000 images {peaks[1000]:.0f} MiB ({growth:+.1%}; target within 10% {verdict})")
 
 
+#: The most the 81-megapixel image may add to the peak, in bytes.
+BIG_IMAGE_EXTRA = 1.5e9
+
+
+def memory_big(folder: str) -> None:
+    from PIL import Image, ImageDraw
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((64, 64, 3))
+    x = keras.layers.Rescaling(1 / 255)(inputs)
+    x = keras.layers.Conv2D(16, 3, activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model_path = os.path.join(folder, "small-big.keras")
+    keras.Model(inputs, keras.layers.Dense(5, activation="softmax")(x)).save(model_path)
+    peaks, seconds = {}, {}
+    for side in (1000, 9000):
+        picture = Image.new("RGB", (side, side))
+        draw = ImageDraw.Draw(picture)  # flat shapes: the PNG compresses to a few 100 KB
+        draw.rectangle([side // 10, side // 10, side // 3, side // 2], fill=(200, 30, 30))
+        draw.ellipse([side // 2, side // 2, side * 9 // 10, side * 8 // 10], fill=(30, 200, 60))
+        images_dir = os.path.join(folder, f"big{side}")
+        os.makedirs(images_dir)
+        picture.save(os.path.join(images_dir, "picture.png"))
+        del picture, draw
+        start = time.perf_counter()
+        result = subprocess.run(
+            [sys.executable, "-c", _MEMORY_SCRIPT, "explain", model_path, images_dir, "-q",
+             "-o", os.path.join(folder, f"big-out{side}")],
+            capture_output=True, text=True, check=True,
+        )
+        seconds[side] = time.perf_counter() - start
+        peaks[side] = int(result.stdout.strip().splitlines()[-1]) * 1024  # KiB -> bytes
+    extra = peaks[9000] - peaks[1000]
+    verdict = "met" if extra <= BIG_IMAGE_EXTRA else "NOT met"
+    print(f"peak RSS of explain on one PNG: 1 megapixel {peaks[1000] / 2**20:.0f} MiB "
+          f"({seconds[1000]:.1f} s), 81 megapixels {peaks[9000] / 2**20:.0f} MiB "
+          f"({seconds[9000]:.1f} s): {extra / 1e9:+.2f} GB "
+          f"(target <= {BIG_IMAGE_EXTRA / 1e9:.1f} GB {verdict})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--only", choices=["engine", "savedmodel", "methods", "end-to-end",
-                                           "memory", "ray"])
+                                           "memory", "memory-big", "ray"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="guidedbp-bench-") as folder:
         if args.only in (None, "engine"):
@@ -322,6 +365,8 @@ def main() -> None:
             end_to_end(folder)
         if args.only in (None, "memory"):
             memory(folder)
+        if args.only in (None, "memory-big"):
+            memory_big(folder)
         if args.only in (None, "ray"):
             ray_engine(folder)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from guidedbp._files import MISSING, NotRegularFileError, open_regular
 from guidedbp.errors import GuidedbpError
 from guidedbp.io.write import atomic_write_bytes, save_npy
 
@@ -57,11 +58,15 @@ class Baseline:
         """The stored map of one image.
 
         Raises:
-            BaselineError: When the file is missing or not a readable ``.npy``.
+            BaselineError: When the file is missing, not a regular file (a FIFO is
+                refused, not waited on) or not a readable ``.npy``.
         """
         path = os.path.join(self.folder, self.images[key].map_file)
         try:
-            return np.load(path, allow_pickle=False)
+            with open_regular(path, "rb", "baseline map") as handle:
+                return np.load(handle, allow_pickle=False)
+        except NotRegularFileError as error:
+            raise BaselineError(str(error)) from None
         except (OSError, ValueError) as error:
             raise BaselineError(f"cannot read the baseline map {path}: {error}") from error
 
@@ -112,15 +117,18 @@ def load_baseline(folder: str) -> Baseline:
     """Read ``folder/baseline.json``.
 
     Raises:
-        BaselineError: For a missing folder or file, bad JSON, or an unknown format.
+        BaselineError: For a missing folder or file, a file that is not a regular file,
+            bad JSON, or an unknown format.
     """
     path = os.path.join(folder, BASELINE_FILE)
     if not os.path.isdir(folder):
         raise BaselineError(f"baseline folder {folder!r} not found")
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open_regular(path, "r", "baseline file", encoding="utf-8") as handle:
             document = json.load(handle)
-    except FileNotFoundError:
+    except NotRegularFileError as error:
+        if error.kind != MISSING:
+            raise BaselineError(str(error)) from None
         raise BaselineError(
             f"{folder!r} holds no {BASELINE_FILE}: make one with "
             f"`guidedbp check MODEL IMAGES --save-baseline {folder}`"

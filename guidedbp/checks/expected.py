@@ -12,6 +12,8 @@ import csv
 import os
 from dataclasses import dataclass
 
+from guidedbp._files import open_regular
+
 
 @dataclass(frozen=True)
 class Expectation:
@@ -34,12 +36,14 @@ def read_expectations(path: str | os.PathLike) -> list[Expectation]:
     """Parse an expectations CSV.
 
     Raises:
-        ValueError: For an unreadable file, a row without exactly two non-empty
+        ValueError: For an unreadable file, a path that is not a regular file (a FIFO
+            is refused at once, not waited on), a row without exactly two non-empty
             fields, or a file without rows; the message names the line.
     """
     name = os.fspath(path)
     try:
-        with open(name, newline="", encoding="utf-8-sig") as handle:
+        with open_regular(name, "r", "expectations file", newline="",
+                          encoding="utf-8-sig") as handle:
             rows = list(csv.reader(handle))
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise ValueError(f"cannot read {name}: {error}") from error

@@ -1,7 +1,8 @@
 """The ``guidedbp`` command line: click commands wiring models, engine and render.
 
 Heavy imports (TensorFlow, Keras) happen inside commands, so ``guidedbp --help``
-and ``guidedbp --version`` answer at once.
+and ``guidedbp --version`` answer at once. Ctrl-C at any moment prints
+``interrupted`` and exits 130 within 2 seconds (:class:`~guidedbp.cli.common.Command`).
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ import click
 
 from guidedbp import __version__
 from guidedbp.cli.check import check_command
+from guidedbp.cli.common import Command
 from guidedbp.cli.evaluate import evaluate_command
 from guidedbp.cli.explain import explain_command
 from guidedbp.cli.inspect import inspect_command
 from guidedbp.cli.merge import merge_command
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=Command,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "-V", "--version", prog_name="guidedbp")
 def main() -> None:
     """Guided backpropagation saliency maps for TensorFlow/Keras image classifiers.

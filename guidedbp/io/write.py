@@ -34,6 +34,7 @@ __all__ = [
     "encode_png",
     "is_own_png",
     "is_whole_png",
+    "make_folders",
     "save_npy",
     "save_png",
 ]
@@ -61,6 +62,24 @@ def _fsync_folder(folder: str) -> None:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+
+
+def make_folders(folder: str | os.PathLike[str]) -> None:
+    """``os.makedirs(folder, exist_ok=True)`` without recursion, so any depth works
+    (``os.makedirs`` recurses once per missing level)."""
+    missing, current = [], os.path.abspath(os.fspath(folder))
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool = False) -> None:
@@ -97,7 +116,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool 
     if not target or os.path.basename(target) == "":
         raise ValueError(f"path must name a file, got {target!r}")
     folder = os.path.dirname(os.path.abspath(target))
-    os.makedirs(folder, exist_ok=True)
+    make_folders(folder)
     temporary = _temporary_path(os.path.join(folder, os.path.basename(target)))
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     descriptor = os.open(temporary, flags, 0o666)

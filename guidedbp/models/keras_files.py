@@ -134,7 +134,8 @@ def import_custom_objects(source: str | None) -> dict:
         subclasses the module defines or imports.
 
     Raises:
-        ModelLoadError: For a missing file or a module that fails to import.
+        ModelLoadError: For a missing file, or a module that fails to import or calls
+            ``sys.exit`` while imported (``KeyboardInterrupt`` is not caught).
     """
     if not source:
         return {}
@@ -151,12 +152,20 @@ def import_custom_objects(source: str | None) -> dict:
             sys.path.insert(0, folder)
             try:
                 module_spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(name, None)  # no half-imported module left behind
+                raise
             finally:
                 sys.path.remove(folder)
         else:
             module = importlib.import_module(source)
     except ModelLoadError:
         raise
+    except SystemExit as error:  # else the whole run would end here, silently
+        code = "" if error.code is None else repr(error.code)
+        raise ModelLoadError(
+            f"custom objects {source!r} called sys.exit({code}) while being imported"
+        ) from error
     except Exception as error:
         raise ModelLoadError(
             f"cannot import custom objects {source!r}: {one_line(error, limit=200)}"

@@ -24,6 +24,7 @@ import os
 import re
 from importlib import resources
 
+from guidedbp._files import MISSING, NotRegularFileError, open_regular
 from guidedbp.errors import GuidedbpError
 
 __all__ = ["ClassNameError", "imagenet_labels", "load_labels", "resolve_class"]
@@ -80,14 +81,20 @@ def load_labels(path: str | os.PathLike[str]) -> list[str]:
         The names, name ``i`` for class index ``i``.
 
     Raises:
-        ValueError: The file cannot be read, is empty, is not valid UTF-8 or JSON, has
+        ValueError: The file cannot be read, is not a regular file (a FIFO, a device: it
+            is refused, not read, as reading it could wait forever), is empty, is not
+            valid UTF-8 or JSON, has
             a blank or non-string name, or its indices are not exactly 0..N-1. The
             message names the file.
     """
     name = os.fspath(path)
     try:
-        with open(path, encoding="utf-8-sig") as file:
+        with open_regular(name, "r", "labels file", encoding="utf-8-sig") as file:
             text = file.read()
+    except NotRegularFileError as error:
+        if error.kind == MISSING:
+            raise ValueError(f"{name}: cannot read labels file (no such file)") from None
+        raise ValueError(f"{name}: labels file is {error.kind}, not a regular file") from None
     except OSError as error:
         raise ValueError(f"{name}: cannot read labels file ({error.strerror or error})") from None
     except UnicodeDecodeError:

@@ -13,13 +13,26 @@ from pathlib import Path
 from guidedbp.errors import ModelLoadError
 from guidedbp.models.preprocess import PREPROCESS_MODES
 
-__all__ = ["DEFAULT_FILE_PREPROCESS", "FILE_PREPROCESS_SOURCE", "LoadedModel"]
+__all__ = [
+    "DEFAULT_FILE_PREPROCESS",
+    "FILE_PREPROCESS_SOURCE",
+    "MAX_INPUT_ELEMENTS",
+    "LoadedModel",
+    "check_input_size",
+]
 
 #: Preprocessing applied to models loaded from files unless the caller chooses one:
 #: raw 0-255 pixels, right for models that rescale inside (a Rescaling layer).
 DEFAULT_FILE_PREPROCESS = "none"
 #: The :attr:`LoadedModel.preprocess_source` of that default.
 FILE_PREPROCESS_SOURCE = "default for model files (raw 0-255 pixels)"
+
+#: The most values (H * W * C) a model's declared input may hold: 2**26 = 64 Mi, e.g.
+#: 4729 x 4729 x 3. One such float32 image is 256 MiB, and the backward pass keeps every
+#: activation, typically tens of times the input, so a larger declared input would run
+#: out of memory while tracing rather than fail with a message. The largest
+#: keras.applications input (EfficientNetB7, 600 x 600 x 3) is 1.08 M values, 1/62 of it.
+MAX_INPUT_ELEMENTS = 2**26
 
 # The modes worth suggesting for a model that does not rescale its input itself.
 _SCALING = [mode for mode in PREPROCESS_MODES if mode != DEFAULT_FILE_PREPROCESS]
@@ -70,7 +83,9 @@ class LoadedModel:
             ``keras-application`` models, whose preprocessing is known).
 
         Raises:
-            ModelLoadError: For a model with several inputs or non-image inputs.
+            ModelLoadError: For a model with several inputs, non-image inputs, a
+                non-float input (no gradient reaches integer pixels) or an input larger
+                than :data:`MAX_INPUT_ELEMENTS`.
         """
         try:
             inputs = model.inputs
@@ -85,6 +100,9 @@ class LoadedModel:
             raise ModelLoadError(
                 f"{source!r} takes inputs of shape {shape}, not (H, W, C) images"
             )
+        if inputs:
+            _check_float_input(source, inputs[0])
+        check_input_size(source, shape)
         loaded = cls(
             model=model,
             source=source,
@@ -122,6 +140,40 @@ class LoadedModel:
     def __call__(self, images, training: bool = False):
         """The model's scores for ``images``: ``model(images, training=training)``."""
         return self.model(images, training=training)
+
+
+def check_input_size(source: str, shape: tuple) -> None:
+    """Refuse a declared ``(H, W, C)`` input of more than :data:`MAX_INPUT_ELEMENTS` values.
+
+    Free (``None``) dimensions are not counted: images are checked when they come.
+
+    Raises:
+        ModelLoadError: Naming the shape and the limit.
+    """
+    size = 1
+    for dimension in shape:
+        size *= dimension or 1
+    if size > MAX_INPUT_ELEMENTS:
+        raise ModelLoadError(
+            f"{source!r} declares an input of shape {tuple(shape)} ({size:,} values per "
+            f"image), more than guidedbp traces ({MAX_INPUT_ELEMENTS:,}, e.g. 4729x4729x3): "
+            "export it with a smaller or free (None) input size"
+        )
+
+
+def _check_float_input(source: str, tensor) -> None:
+    """Refuse an integer (or other non-float) input: its gradient is not defined."""
+    import tensorflow as tf
+
+    try:
+        dtype = tf.as_dtype(tensor.dtype)
+    except (AttributeError, TypeError):
+        return  # a callable that does not say: traced as float32
+    if not dtype.is_floating:
+        raise ModelLoadError(
+            f"{source!r} takes {dtype.name} input; gradients need a float input "
+            "(an integer input gives all-zero maps): rebuild it with a float32 Input"
+        )
 
 
 def _rescales_itself(model) -> bool:

@@ -13,6 +13,7 @@ Expected failures raise :class:`ModelLoadError` with a one-line message.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 from guidedbp._text import one_line
@@ -62,8 +63,10 @@ def load_model(
         signature: SavedModel signature to explain.
         input_key: The signature input holding the image, where it has several.
         output_key: The signature output holding the class scores, where it has several.
-        weights: For ``keras:`` models: ``"imagenet"``, ``"none"`` or a weights file.
-        unsafe_deserialization: Allow ``Lambda`` layers (their code runs on load).
+        weights: For ``keras:`` models: ``"imagenet"``, ``"none"`` or a weights file
+            (any other model warns that it is ignored).
+        unsafe_deserialization: Allow ``Lambda`` layers (their code runs on load) and
+            SavedModel ops off the list of image-classifier ops (files, Python...).
         custom_objects: A Python file or module name whose Keras classes the
             loader may use.
         preprocess: Override the preprocessing mode.
@@ -75,6 +78,10 @@ def load_model(
     Raises:
         ModelLoadError: With a one-line reason, for anything that cannot be loaded.
             Its message names these parameters (``weights=PATH``), never CLI flags.
+
+    Warns:
+        UserWarning: ``weights`` given for a model that is not ``keras:NAME``; ``"demo"``
+            while a local file or folder is named ``demo``.
 
     >>> loaded = load_model("keras:MobileNetV2", weights="none")  # doctest: +SKIP
     >>> loaded.preprocess, loaded.input_shape  # doctest: +SKIP
@@ -91,12 +98,25 @@ def load_model(
     else:
         spec = os.fspath(spec)
         if spec == DEMO_SPEC:
+            if os.path.exists(DEMO_SPEC):
+                warnings.warn(
+                    f"using the bundled demo model for {DEMO_SPEC!r}, though a local "
+                    f"{DEMO_SPEC!r} exists here: name it ./{DEMO_SPEC} to load that instead",
+                    UserWarning, stacklevel=2,
+                )
             loaded = _load_demo()
         elif spec.lower().startswith("keras:"):
             loaded = load_application(spec, weights)
         else:
             loaded = _load_path(spec, signature, input_key, output_key,
                                 unsafe_deserialization, custom_objects)
+    is_application = isinstance(spec, str) and spec.lower().startswith("keras:")
+    if str(weights).lower() != "imagenet" and not is_application:
+        warnings.warn(
+            f"weights={weights!r} applies to keras:NAME models only; ignored for "
+            f"{loaded.source!r}",
+            UserWarning, stacklevel=2,
+        )
     if preprocess is not None:
         loaded.preprocess = preprocess
         loaded.preprocess_source = f"set by preprocess={preprocess!r}"
@@ -131,7 +151,7 @@ def _load_path(spec: str, signature, input_key, output_key, unsafe, custom_objec
             raise ModelLoadError(
                 f"{spec!r} is a directory but not a SavedModel (it has no saved_model.pb)"
             )
-        return load_saved_model(spec, signature, input_key, output_key)
+        return load_saved_model(spec, signature, input_key, output_key, unsafe)
     return load_keras_file(spec, unsafe, custom_objects)
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "KerasApplication",
     "Placement",
     "fit",
+    "draft_side",
     "preprocess",
     "resize_map",
     "shown_size",
@@ -395,9 +396,13 @@ def _scale_span(start: int, stop: int, original: int, scaled: int) -> tuple[int,
 def _resize_uint8(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     if pixels.shape[:2] == size:
         return pixels.copy()
-    image = Image.fromarray(pixels[..., 0] if pixels.shape[2] == 1 else pixels)
-    resized = np.array(image.resize((size[1], size[0]), Image.Resampling.BILINEAR))
-    return resized.reshape(size[0], size[1], pixels.shape[2])
+    # Channel by channel: Pillow would hold an RGB picture at 4 bytes a pixel, and
+    # resamples each band alike either way (same bytes).
+    resized = np.empty((size[0], size[1], pixels.shape[2]), dtype=np.uint8)
+    for channel in range(pixels.shape[2]):
+        plane = Image.fromarray(np.ascontiguousarray(pixels[:, :, channel]))
+        resized[:, :, channel] = plane.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+    return resized
 
 
 def resize_map(
@@ -469,6 +474,24 @@ def model_size(
     if height is not None and width is not None:
         return int(height), int(width)
     return tuple(size) if size else tuple(image_size[:2])
+
+
+def draft_side(input_shape: tuple, size: tuple[int, int] | None = None) -> int | None:
+    """The longer side a decoded image needs: ``decode_image(draft_side=...)``'s argument.
+
+    :data:`MAX_SHOWN_SIDE` (maps and renders go no larger), or the model's input side
+    where that is larger; ``None`` (decode whole) for a model with free spatial
+    dimensions and no ``size``, whose input is the image's own size.
+
+    >>> draft_side((224, 224, 3)), draft_side((None, None, 3)), draft_side((None, None, 3), (9, 9))
+    (4096, None, 4096)
+    """
+    height, width = input_shape[0], input_shape[1]
+    if height is None or width is None:
+        if not size:
+            return None
+        height, width = size
+    return max(MAX_SHOWN_SIDE, int(height), int(width))
 
 
 def prepare(

@@ -16,7 +16,7 @@ ResNet50, ResNet50V2, ResNet101, VGG16, VGG19, Xception -- was saved with
 (ConvNeXtTiny, EfficientNetB0, InceptionV3, MobileNetV2, RegNetX002, ResNet50 and a
 small CNN with Rescaling, BatchNormalization, ReLU6, pooling, Dropout and softmax) with
 ``model.save(dir)``; each was loaded through :func:`guidedbp.load_model` and the op
-types of its frozen GraphDef and function library collected (43 ops). Added by hand:
+types of its frozen GraphDef and function library collected (41 ops). Added by hand:
 side-effect-free element-wise, array, reduction and neural-network ops a classifier
 may use (activations, resizing, padding, matrix products, batch normalization, LRN,
 control flow whose branches are functions checked like the rest). Left out on
@@ -211,8 +211,10 @@ def loading_op_types(folder: str | Path) -> set[str]:
     Read from ``saved_model.pb`` (or ``.pbtxt``) without running anything. A TensorFlow 2
     SavedModel runs, while loading, the functions of its resources (create, initialize)
     and of its custom saveable objects (restore), with every function they call; a
-    TensorFlow 1 one (no object graph) runs its restore and init ops, so all of its
-    graph's nodes and functions are counted, except the standard checkpoint reader.
+    TensorFlow 1 one (no object graph) runs its restore op (whose ``RestoreV2``,
+    ``Assign`` and ``VariableV2`` read the model's own variables and are not counted)
+    and its init ops, or else its local variables' and tables' initializers, with every
+    node they depend on and every function those call.
 
     Args:
         folder: A SavedModel folder.
@@ -263,9 +265,11 @@ def unlisted_ops(ops: Iterable[str], allowed: Iterable[str] = CLASSIFIER_OPS) ->
 # back from its checkpoint: allowed in that op (and only there) while it loads.
 _TF1_RESTORE_OPS = frozenset(("Assign", "RestoreV2", "VariableV2"))
 
-# The collections and signature whose ops a TensorFlow 1 SavedModel runs once restored.
+# The collections and signature whose ops a TensorFlow 1 SavedModel runs once restored;
+# without an init op, the loader initializes its local variables and tables.
 _TF1_INIT_COLLECTIONS = ("saved_model_main_op", "legacy_init_op", "table_initializer")
 _TF1_INIT_SIGNATURE = "__saved_model_init_op"
+_TF1_LOCAL_VARIABLES = "local_variables"
 
 
 def _tf1_loading_op_types(meta_graph, library: dict) -> set[str]:
@@ -279,6 +283,11 @@ def _tf1_loading_op_types(meta_graph, library: dict) -> set[str]:
     init = meta_graph.signature_def.get(_TF1_INIT_SIGNATURE)
     if init is not None:
         init_roots.extend(output.name for output in init.outputs.values())
+    if _TF1_LOCAL_VARIABLES in meta_graph.collection_def:
+        from tensorflow.core.framework import variable_pb2
+
+        for value in meta_graph.collection_def[_TF1_LOCAL_VARIABLES].bytes_list.value:
+            init_roots.append(variable_pb2.VariableDef.FromString(value).initializer_name)
     restore = _subgraph_op_types(meta_graph.graph_def, library,
                                  [meta_graph.saver_def.restore_op_name])
     return (restore - _TF1_RESTORE_OPS) | _subgraph_op_types(

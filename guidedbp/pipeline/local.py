@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 
 from guidedbp.io.manifest import ManifestWriter
 from guidedbp.pipeline import stages
@@ -47,8 +47,10 @@ def run_local(plan: Plan, explainer, items: list, progress=None,
               carried: dict | None = None) -> Summary:
     """Explain ``items`` into ``plan.output``; returns the run's summary.
 
-    The first Ctrl-C finishes the current batch and stops (the summary says
-    ``interrupted``); a second one raises ``KeyboardInterrupt`` at once. With
+    Ctrl-C stops the run at once (the summary says ``interrupted``): the records
+    delivered so far stay in the manifest, which is closed with whole lines only; queued
+    work is dropped and outputs being written are finished or never appear (writes are
+    atomic). A second Ctrl-C while stopping raises ``KeyboardInterrupt``. With
     ``fail_fast`` the run stops after the first input that fails.
     """
     summary = Summary(output=plan.output, manifest=plan.options.manifest)
@@ -59,8 +61,7 @@ def run_local(plan: Plan, explainer, items: list, progress=None,
     carried = carried or {}
     delivery = Delivery(plan, summary, progress, carried)
     try:
-        with ThreadPoolExecutor(2, "guidedbp-decode") as decoders, \
-                ThreadPoolExecutor(2, "guidedbp-write") as writers:
+        with _pool("guidedbp-decode") as decoders, _pool("guidedbp-write") as writers:
 
             def submit_decode(index: int) -> list[Future]:
                 if index >= len(batches) or interrupt.stopped:
@@ -70,7 +71,9 @@ def run_local(plan: Plan, explainer, items: list, progress=None,
 
             def finish(futures: list[Future]) -> None:
                 for future in futures:
-                    delivery.deliver(future.result())
+                    record = future.result()
+                    with interrupt.deferred():  # a manifest line and its count, or neither
+                        delivery.deliver(record)
 
             pending: list[list[Future]] = []
             upcoming = submit_decode(0)
@@ -90,9 +93,14 @@ def run_local(plan: Plan, explainer, items: list, progress=None,
                 finish(futures)
             for future in upcoming:
                 future.cancel()
+    except KeyboardInterrupt:
+        if interrupt.presses != 1:  # not our first Ctrl-C: not ours to turn into a summary
+            raise
     finally:
-        delivery.close()
-        interrupt.restore()
+        try:
+            delivery.close()
+        finally:
+            interrupt.restore()
     summary.interrupted = interrupt.stopped
     summary.seconds = time.perf_counter() - start
     return summary
@@ -107,26 +115,59 @@ def _up_to_failure(prepared: list[Prepared], fail_fast: bool) -> tuple[list[Prep
     return prepared, False
 
 
+@contextmanager
+def _pool(name: str):
+    """Two worker threads. Leaving on an exception (Ctrl-C) drops the queued tasks and
+    waits only for the running ones (one image each), not for a batch of them."""
+    executor = ThreadPoolExecutor(2, name)
+    try:
+        yield executor
+    except BaseException:
+        executor.shutdown(wait=True, cancel_futures=True)
+        raise
+    executor.shutdown(wait=True)
+
+
 class _Interrupt:
-    """First Ctrl-C: finish the current batch and stop. Second: stop at once.
+    """Ctrl-C: stop now. The first press raises ``KeyboardInterrupt`` in the main thread
+    wherever it is (waiting for a decode, in the engine, delivering), except inside
+    :meth:`deferred`, which it leaves first.
 
     Outside the main thread (embedded use) SIGINT is left alone.
     """
 
     def __init__(self):
-        self.stopped = False
+        self.presses = 0
+        self._deferring = False
+        self._pending = False
         try:
             self._previous = signal.signal(signal.SIGINT, self._handle)
             self._installed = True
         except ValueError:
             self._installed = False
 
+    @property
+    def stopped(self) -> bool:
+        return self.presses > 0
+
     def _handle(self, signum, frame) -> None:
-        if self.stopped:
+        self.presses += 1
+        if self._deferring and self.presses == 1:
+            self._pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextmanager
+    def deferred(self):
+        """A block the first Ctrl-C does not cut in two: it is raised at its end."""
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+        if self._pending:
+            self._pending = False
             raise KeyboardInterrupt
-        self.stopped = True
-        print("\ninterrupted: finishing the current batch (Ctrl-C again to abort)",
-              file=sys.stderr, flush=True)
 
     def restore(self) -> None:
         if self._installed:

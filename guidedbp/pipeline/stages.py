@@ -20,7 +20,7 @@ import numpy as np
 from guidedbp._text import one_line
 from guidedbp.engine.methods import method
 from guidedbp.io.images import ImageError, decode_image
-from guidedbp.io.inputs import InputItem
+from guidedbp.io.inputs import InputItem, output_stem
 from guidedbp.io.write import is_own_png, is_whole_png, save_npy, save_png
 from guidedbp.models.preprocess import prepare as fit_and_preprocess
 from guidedbp.pipeline.naming import Naming, label_of
@@ -152,8 +152,13 @@ def carried_over(plan: Plan, items: list[InputItem], earlier: dict[str, dict]) -
     an ``.npy`` with its header): the resumed manifest then holds the same records an
     uninterrupted run writes. Anything less is recomputed.
     """
-    return {item.path: earlier[item.path] for item in items
-            if item.path in earlier and _still_valid(plan, item, earlier[item.path])}
+    by_stem = {output_stem(path): record for path, record in earlier.items()}
+    carried = {}
+    for item in items:
+        record = by_stem.get(item.output_stem)
+        if record is not None and _still_valid(plan, item, record):
+            carried[item.path] = {**record, "input": item.path}  # as this run names it
+    return carried
 
 
 def _still_valid(plan: Plan, item: InputItem, record: dict) -> bool:
@@ -323,7 +328,7 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
     for entry in explained:
         outputs, raw = naming.paths(prepared.item.output_stem, entry.target)
         for relative in [*outputs.values(), *(path for _, path in naming.raw_items(raw))]:
-            _check_target(plan, relative)
+            _check_target(plan, relative, outputs.values())
         if options.render.output_size == "original":
             shown = {m: prepared.placement.to_original(v) for m, v in entry.maps.items()}
             picture = prepared.original
@@ -350,12 +355,13 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
     return record(plan, prepared.item, "ok", None, targets)
 
 
-def _check_target(plan: Plan, relative: str) -> None:
+def _check_target(plan: Plan, relative: str, pictures) -> None:
     """Refuse to write ``OUT/relative`` through a link, or over a file guidedbp did not write.
 
     Every folder between OUT and the file must be a real folder (a link there would
-    lead outside OUT); an existing file must be one of guidedbp's own (a PNG with its
-    mark, or a file an earlier manifest lists).
+    lead outside OUT); an existing file must be one of guidedbp's own: a PNG with its
+    mark, or a raw ``.npy`` that an earlier manifest lists or that sits beside one of
+    the marked ``pictures`` of the same class (they are written before it).
 
     Raises:
         OSError: With the reason, which fails this input only.
@@ -374,7 +380,13 @@ def _check_target(plan: Plan, relative: str) -> None:
         raise OSError(f"{target!r} is a symbolic link: refusing to replace it")
     if not stat.S_ISREG(mode):
         raise OSError(f"{target!r} exists and is not a file: refusing to replace it")
-    if relative in plan.owned or (relative.endswith(".png") and is_own_png(target)):
+    if relative.endswith(".png"):
+        # The mark decides, not a manifest: a PNG of the user's may have taken its place.
+        # A file the manifest lists that is no whole PNG at all is our own, damaged.
+        if is_own_png(target) or (relative in plan.owned and not is_whole_png(target)):
+            return
+    elif relative in plan.owned or (_is_npy(target) and any(
+            is_own_png(os.path.join(plan.output, picture)) for picture in pictures)):
         return
     raise OSError(f"{target!r} exists and was not written by guidedbp: refusing to "
                   "overwrite it")

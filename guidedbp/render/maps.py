@@ -5,9 +5,16 @@ the gradient of a class score with respect to the input pixels, as the engine
 returns it (float32). Renders that also show the photograph take the original
 image as ``uint8`` of shape ``(H, W, 3)``, ``(H, W, 1)`` or ``(H, W)`` and the
 SAME ``H`` and ``W``: resizing is the caller's job (``guidedbp.models.preprocess.resize_map``).
+The one exception is a larger picture of the same aspect that scales down to the
+map's size exactly (maps of a large original are capped at
+``guidedbp.models.preprocess.MAX_SHOWN_SIDE``): it is reduced to the map's size first.
 Every render returns ``uint8``, ``(H, W, 3)`` or ``(H, W)``, ready to save.
 Float to ``uint8`` conversions round to nearest with halves up
 (``floor(v * 255 + 0.5)``), so the same input gives the same bytes everywhere.
+
+Memory: renders work in float64 on strips of rows (:data:`STRIP_VALUES` values at a
+time), so a large map costs its render and a float32 magnitude, not several float64
+copies of itself. Maps up to that size are computed whole, as one strip.
 
 Renders (:data:`RENDERS`):
 
@@ -45,10 +52,11 @@ import math
 
 import numpy as np
 
-from guidedbp.render.colormaps import DEFAULT_COLORMAP, apply_colormap
+from guidedbp.render.colormaps import DEFAULT_COLORMAP, colormap_lut
 from guidedbp.render.panel import _as_rgb, render_panel
 
 __all__ = [
+    "STRIP_VALUES",
     "DEFAULT_ALPHA",
     "DEFAULT_CLIP",
     "DEFAULT_RENDERS",
@@ -70,6 +78,9 @@ DEFAULT_CLIP = 99.0
 #: Weight of the heatmap in an overlay.
 DEFAULT_ALPHA = 0.5
 
+#: Values rendered at a time: float64 work arrays stay near 16 MB whatever the map's size.
+STRIP_VALUES = 1 << 21
+
 _STD_EPSILON = 1e-12  # added to the standard deviation, as in Keras' deprocess_image
 _COLOR_SCALE = 0.1  # one standard deviation becomes 0.1 of the intensity range
 
@@ -80,7 +91,7 @@ def _to_uint8(values01: np.ndarray) -> np.ndarray:
 
 
 def _check_saliency(saliency: np.ndarray) -> np.ndarray:
-    """Validate a saliency map and return it as float64 (H, W, C)."""
+    """Validate a saliency map and return it as a real (H, W, C) array, not copied."""
     array = np.asarray(saliency)
     if array.ndim != 3 or array.shape[2] not in (1, 3):
         raise ValueError(
@@ -89,10 +100,18 @@ def _check_saliency(saliency: np.ndarray) -> np.ndarray:
         raise ValueError(f"saliency map must be a real array, got dtype {array.dtype}")
     if array.shape[0] == 0 or array.shape[1] == 0:
         raise ValueError(f"saliency map must not be empty, got shape {array.shape}")
-    array = array.astype(np.float64, copy=False)
-    if not np.all(np.isfinite(array)):
-        raise ValueError("saliency map must be finite, got NaN or infinite values")
+    if array.dtype.kind == "f":
+        for rows in _strips(array.shape):
+            if not np.all(np.isfinite(array[rows])):
+                raise ValueError("saliency map must be finite, got NaN or infinite values")
     return array
+
+
+def _strips(shape: tuple) -> list[slice]:
+    """Row slices of about :data:`STRIP_VALUES` values each (one slice for a small map)."""
+    per_row = max(1, math.prod(shape[1:]))
+    step = max(1, STRIP_VALUES // per_row)
+    return [slice(top, top + step) for top in range(0, shape[0], step)]
 
 
 def _real_or_nan(value: object) -> float:
@@ -134,21 +153,56 @@ def magnitude(saliency: np.ndarray) -> np.ndarray:
     >>> magnitude(np.array([[[1.0, -3.0, 2.0]]])).tolist()
     [[3.0]]
     """
-    return np.max(np.abs(_check_saliency(saliency)), axis=2).astype(np.float32)
+    return _magnitude(_check_saliency(saliency), np.float32)
 
 
-def _magnitude01(saliency: np.ndarray, clip: float) -> np.ndarray:
-    """Magnitude divided by its ``clip`` percentile and clipped to [0, 1] (float64)."""
+def _magnitude(values: np.ndarray, dtype) -> np.ndarray:
+    """``max_c |values|`` as ``dtype``, strip by strip."""
+    out = np.empty(values.shape[:2], dtype=dtype)
+    for rows in _strips(values.shape):
+        out[rows] = np.max(np.abs(values[rows].astype(np.float64)), axis=2)
+    return out
+
+
+def _gray_levels(saliency: np.ndarray, clip: float) -> np.ndarray:
+    """``floor(m * 255 + 0.5)`` of the magnitude ``m`` divided by its ``clip`` percentile
+    and clipped to [0, 1], as uint8 (H, W)."""
     clip = _check_clip(clip)
-    values = np.max(np.abs(_check_saliency(saliency)), axis=2)
-    ceiling = float(np.percentile(values, clip, method="linear"))
+    values = _check_saliency(saliency)
+    # Kept exact: float32 holds the magnitude of float32 (and smaller) maps exactly.
+    exact = np.float32 if np.can_cast(values.dtype, np.float32, "safe") else np.float64
+    magnitudes = _magnitude(values, exact)
+    ceiling = float(np.percentile(magnitudes.astype(np.float64), clip, method="linear",
+                                  overwrite_input=True))
     if ceiling <= 0.0:
         # A map that is zero above the clip percentile (very sparse) falls back to
         # its maximum, so its few non-zero pixels still show; an all-zero map stays 0.
-        ceiling = float(values.max())
-    if ceiling <= 0.0:
-        return np.zeros(values.shape, dtype=np.float64)
-    return np.clip(values / ceiling, 0.0, 1.0)
+        ceiling = float(magnitudes.max())
+    gray = np.zeros(magnitudes.shape, dtype=np.uint8)
+    if ceiling > 0.0:
+        for rows in _strips(magnitudes.shape):
+            gray[rows] = _to_uint8(np.clip(magnitudes[rows].astype(np.float64) / ceiling,
+                                           0.0, 1.0))
+    return gray
+
+
+def _mean_std(values: np.ndarray, strips: list[slice]) -> tuple[float, float]:
+    """The mean of ``values`` and the standard deviation of ``values - mean``, in float64.
+
+    One strip: numpy's own ``mean`` and ``std``. Several: the same sums, strip by strip.
+    """
+    if len(strips) == 1:
+        whole = values.astype(np.float64)
+        mean = whole.mean()
+        return mean, (whole - mean).std()
+    count = values.size
+    mean = sum(float(values[rows].astype(np.float64).sum()) for rows in strips) / count
+    # numpy's std of the centred values subtracts their own (almost zero) mean too.
+    centred_mean = sum(float((values[rows].astype(np.float64) - mean).sum())
+                       for rows in strips) / count
+    squares = sum(float(np.square(values[rows].astype(np.float64) - mean - centred_mean).sum())
+                  for rows in strips)
+    return mean, math.sqrt(squares / count)
 
 
 def render_color(saliency: np.ndarray) -> np.ndarray:
@@ -174,16 +228,19 @@ def render_color(saliency: np.ndarray) -> np.ndarray:
     [[153, 153, 153], [102, 102, 102]]
     """
     values = _check_saliency(saliency)
-    if np.ptp(values) == 0.0:
+    strips = _strips(values.shape)
+    rgb = np.empty((*values.shape[:2], 3), dtype=np.uint8)
+    if values.max() == values.min():
         # A constant map has no contrast; without this a float rounding residue in
         # x - mean would be divided by a ~0 std and blow up to black or white.
-        scaled = np.full(values.shape, 0.5)
-    else:
-        centered = values - values.mean()
-        scaled = centered / (centered.std() + _STD_EPSILON) * _COLOR_SCALE + 0.5
-    rgb = _to_uint8(np.clip(scaled, 0.0, 1.0))
-    if rgb.shape[2] == 1:
-        rgb = np.repeat(rgb, 3, axis=2)
+        rgb[...] = _to_uint8(np.float64(0.5))
+        return rgb
+    mean, std = _mean_std(values, strips)
+    for rows in strips:
+        scaled = (values[rows].astype(np.float64) - mean) / (std + _STD_EPSILON)
+        scaled *= _COLOR_SCALE
+        scaled += 0.5
+        rgb[rows] = _to_uint8(np.clip(scaled, 0.0, 1.0))  # one channel is broadcast to three
     return rgb
 
 
@@ -208,7 +265,7 @@ def render_gray(saliency: np.ndarray, clip: float = DEFAULT_CLIP) -> np.ndarray:
     >>> render_gray(np.array([[[0.0], [1.0], [2.0], [3.0], [4.0]]]), clip=75.0).tolist()
     [[0, 85, 170, 255, 255]]
     """
-    return _to_uint8(_magnitude01(saliency, clip))
+    return _gray_levels(saliency, clip)
 
 
 def render_heatmap(
@@ -234,7 +291,8 @@ def render_heatmap(
     >>> render_heatmap(np.array([[[0.0], [1.0]]]), "viridis", clip=100.0).tolist()
     [[[68, 1, 84], [253, 231, 37]]]
     """
-    return apply_colormap(_magnitude01(saliency, clip), cmap)
+    table = colormap_lut(cmap)  # an unknown name fails before any work
+    return table[_gray_levels(saliency, clip)]
 
 
 def render_overlay(
@@ -270,13 +328,16 @@ def render_overlay(
     """
     alpha = _check_alpha(alpha)
     heat = render_heatmap(saliency, cmap=cmap, clip=clip)
-    rgb = _as_rgb(image, "image")
+    rgb = _as_rgb(image, "image", heat.shape[:2])
     if rgb.shape[:2] != heat.shape[:2]:
         raise ValueError(
             f"image has size {rgb.shape[0]}x{rgb.shape[1]} (H x W) but the saliency map "
             f"has {heat.shape[0]}x{heat.shape[1]}; resize one to the other first")
-    blended = (1.0 - alpha) * rgb.astype(np.float64) + alpha * heat.astype(np.float64)
-    return np.clip(np.floor(blended + 0.5), 0, 255).astype(np.uint8)
+    for rows in _strips(heat.shape):  # blended into the heatmap, strip by strip
+        blended = (1.0 - alpha) * rgb[rows].astype(np.float64)
+        blended += alpha * heat[rows].astype(np.float64)
+        heat[rows] = np.clip(np.floor(blended + 0.5), 0, 255)
+    return heat
 
 
 def render(
@@ -325,6 +386,8 @@ def render(
             raise ValueError("render 'overlay' needs the original image, got image=None")
         return render_overlay(saliency, image, alpha=alpha, cmap=cmap, clip=clip)
     if name == "panel":
+        if image is not None:  # reduced once, if it is larger than the map
+            image = _as_rgb(image, "image", np.shape(saliency)[:2])
         columns = [("original", image)] if image is not None else []
         columns += [
             ("color", render_color(saliency)),

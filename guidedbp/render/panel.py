@@ -29,8 +29,14 @@ _WHITE = (255, 255, 255)
 _BLACK = (0, 0, 0)
 
 
-def _as_rgb(image: np.ndarray, what: str) -> np.ndarray:
-    """Validate a uint8 picture of shape (H, W), (H, W, 1) or (H, W, 3); return (H, W, 3)."""
+def _as_rgb(image: np.ndarray, what: str, size: tuple[int, int] | None = None) -> np.ndarray:
+    """Validate a uint8 picture of shape (H, W), (H, W, 1) or (H, W, 3); return (H, W, 3).
+
+    With ``size``, a larger picture that scales down to exactly ``size`` (the same
+    aspect, rounded as ``guidedbp.models.preprocess.shown_size`` does: a picture above
+    the maps' size cap) is first reduced to it, bilinearly; any other size is returned
+    as it is, for the caller to refuse.
+    """
     array = np.asarray(image)
     if array.dtype != np.uint8:
         raise ValueError(f"{what} must have dtype uint8, got {array.dtype}")
@@ -41,9 +47,26 @@ def _as_rgb(image: np.ndarray, what: str) -> np.ndarray:
             f"{what} must have shape (H, W), (H, W, 1) or (H, W, 3), got shape {array.shape}")
     if array.shape[0] == 0 or array.shape[1] == 0:
         raise ValueError(f"{what} must not be empty, got shape {array.shape}")
+    if size is not None and _scales_down_to(array.shape[:2], size):
+        # Before grey is made RGB, channel by channel (Pillow would hold an RGB picture
+        # at 4 bytes a pixel; each band is resampled alike either way).
+        reduced = np.empty((size[0], size[1], array.shape[2]), dtype=np.uint8)
+        for channel in range(array.shape[2]):
+            plane = Image.fromarray(np.ascontiguousarray(array[:, :, channel]))
+            reduced[:, :, channel] = plane.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+        array = reduced
     if array.shape[2] == 1:
         array = np.repeat(array, 3, axis=2)
     return array
+
+
+def _scales_down_to(picture: tuple[int, int], size: tuple[int, int]) -> bool:
+    """Whether ``picture`` (H, W) is larger than ``size`` and scales down to it exactly."""
+    longer, side = max(picture), max(size)
+    if side >= longer:
+        return False
+    scaled = tuple(max(1, round(length * side / longer)) for length in picture)
+    return scaled == tuple(size)
 
 
 @functools.lru_cache(maxsize=1)
@@ -138,13 +161,16 @@ def render_panel(
     top = row if caption else 0
     has_titles = any(title for title, _ in prepared)
     width = sum(picture.shape[1] for _, picture in prepared) + PANEL_GAP * (len(prepared) - 1)
-    canvas = Image.new("RGB", (width, top + height + (row if has_titles else 0)), _WHITE)
+    # Composed in numpy (pasting RGB onto RGB is a copy): one array of the panel's size,
+    # where a Pillow canvas would hold it twice over while it is turned into an array.
+    canvas = np.full((top + height + (row if has_titles else 0), width, 3), 255, np.uint8)
     if caption:
-        canvas.paste(_text_cell(caption, width), (0, 0))
+        canvas[:row] = np.asarray(_text_cell(caption, width))
     left = 0
     for title, picture in prepared:
-        canvas.paste(Image.fromarray(np.ascontiguousarray(picture)), (left, top))
+        right = left + picture.shape[1]
+        canvas[top:top + height, left:right] = picture
         if has_titles:
-            canvas.paste(_text_cell(title, picture.shape[1]), (left, top + height))
-        left += picture.shape[1] + PANEL_GAP
-    return np.array(canvas, dtype=np.uint8)
+            canvas[top + height:, left:right] = np.asarray(_text_cell(title, picture.shape[1]))
+        left = right + PANEL_GAP
+    return canvas
