@@ -145,8 +145,11 @@ def open_regular(path: str | os.PathLike[str], mode: str = "rb", what: str = "fi
         descriptor = os.open(name, _OPEN_FLAGS)
     except (FileNotFoundError, NotADirectoryError):
         raise NotRegularFileError(name, what, MISSING) from None
-    except IsADirectoryError:  # where folders cannot be opened (Windows)
-        raise NotRegularFileError(name, what, "a directory") from None
+    except OSError:
+        # Some kinds cannot be opened at all (a socket: ENXIO; a folder on Windows):
+        # name the kind rather than the errno.
+        regular_file(name, what)
+        raise
     try:
         kind = file_kind(os.fstat(descriptor).st_mode)
         if kind is not None:

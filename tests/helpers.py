@@ -6,6 +6,11 @@ the fast, TensorFlow-free test modules can use them too.
 
 from __future__ import annotations
 
+import os
+import sys
+import time
+from pathlib import Path
+
 import numpy as np
 from click.testing import CliRunner, Result
 
@@ -76,3 +81,37 @@ def tinted_noise(height: int, width: int, channels: int = 3, seed: int = 0) -> n
     values = ramp * tint + rng.integers(0, 96, (height, width, channels))
     pixels = np.clip(values, 0, 255).astype(np.uint8)
     return pixels if channels > 1 else pixels[..., 0]
+
+
+# -- the real command in a subprocess ---------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def guidedbp_command(*args) -> list[str]:
+    """``python -m guidedbp ARGS`` with this interpreter (each argument through ``str``)."""
+    return [sys.executable, "-m", "guidedbp", *map(str, args)]
+
+
+def subprocess_environment() -> dict:
+    """The environment for a subprocess run: this checkout importable, TensorFlow quiet."""
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
+
+
+def wait_for_lines(manifest: Path, count: int, process, timeout: float = 120) -> int:
+    """Wait until ``manifest`` has ``count`` lines while ``process`` runs; fail the test if
+    the process exits first or the time runs out. Returns the number of lines seen."""
+    import pytest
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if manifest.exists():
+            lines = manifest.read_bytes().count(b"\n")
+            if lines >= count:
+                return lines
+        if process.poll() is not None:
+            pytest.fail(f"guidedbp exited early with {process.returncode}: "
+                        f"{process.stderr.read().decode(errors='replace')}")
+        time.sleep(0.01)
+    process.kill()
+    pytest.fail(f"{manifest} did not reach {count} lines in {timeout} s")

@@ -33,7 +33,14 @@ from guidedbp.io.manifest import read_manifest
 from guidedbp.models.preprocess import fit, preprocess
 from guidedbp.render import PANEL_GAP, RENDERS, render
 
-from .helpers import assert_one_line_error, run_cli, tinted_noise
+from .helpers import (
+    assert_one_line_error,
+    guidedbp_command,
+    run_cli,
+    subprocess_environment,
+    tinted_noise,
+    wait_for_lines,
+)
 from .imagetree import EMPTY, NOT_IMAGE, make_flat, make_tree, reason_matches, snapshot
 from .models import colour_cnn
 
@@ -606,14 +613,6 @@ def test_free_size_model_with_size_option(tree, free, tmp_path):
 # -- the real command in a subprocess --------------------------------------------------------------
 
 
-def _command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "guidedbp", *map(str, args)]
-
-
-def _environment() -> dict:
-    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
-
-
 @pytest.fixture(scope="module")
 def flat(workspace) -> Path:
     """FLAT_COUNT small PNGs: a run of them at --batch-size 4 lasts long enough to stop."""
@@ -622,29 +621,13 @@ def flat(workspace) -> Path:
     return folder
 
 
-def _wait_for_lines(manifest: Path, count: int, process, timeout: float = 120) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if manifest.exists():
-            with open(manifest, "rb") as handle:
-                lines = handle.read().count(b"\n")
-            if lines >= count:
-                return lines
-        if process.poll() is not None:
-            pytest.fail(f"guidedbp exited early with {process.returncode}: "
-                        f"{process.stderr.read().decode(errors='replace')}")
-        time.sleep(0.01)
-    process.kill()
-    pytest.fail(f"{manifest} did not reach {count} lines in {timeout} s")
-
-
 def test_sigkill_mid_run_leaves_no_partial_file(flat, tiny, tmp_path):
     out = tmp_path / "out"
     process = subprocess.Popen(
-        _command("explain", tiny.path, flat, "-o", out, "--batch-size", "4", "--raw",
+        guidedbp_command("explain", tiny.path, flat, "-o", out, "--batch-size", "4", "--raw",
                  "--render", ALL_RENDERS, "-q"),
-        env=_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _wait_for_lines(out / "manifest.jsonl", 8, process)
+        env=subprocess_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for_lines(out / "manifest.jsonl", 8, process)
     process.kill()
     process.communicate(timeout=30)
     assert process.returncode == -signal.SIGKILL
@@ -672,10 +655,10 @@ def test_sigkill_mid_run_leaves_no_partial_file(flat, tiny, tmp_path):
 def test_ctrl_c_finishes_the_batch_and_exits_130(flat, tiny, tmp_path):
     out = tmp_path / "out"
     process = subprocess.Popen(
-        _command("explain", tiny.path, flat, "-o", out, "--batch-size", "4",
+        guidedbp_command("explain", tiny.path, flat, "-o", out, "--batch-size", "4",
                  "--render", ALL_RENDERS),
-        env=_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _wait_for_lines(out / "manifest.jsonl", 8, process)
+        env=subprocess_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for_lines(out / "manifest.jsonl", 8, process)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     stderr = stderr.decode()
@@ -695,9 +678,9 @@ def test_ctrl_c_finishes_the_batch_and_exits_130(flat, tiny, tmp_path):
 
 def test_exit_code_seen_by_the_shell(tree, tiny, tmp_path):
     process = subprocess.run(
-        _command("explain", tiny.path, tree.path("top.png"), tree.path("bad/text.jpg"),
+        guidedbp_command("explain", tiny.path, tree.path("top.png"), tree.path("bad/text.jpg"),
                  "-o", tmp_path),
-        env=_environment(), capture_output=True, text=True, timeout=120)
+        env=subprocess_environment(), capture_output=True, text=True, timeout=120)
     assert process.returncode == 1
     assert process.stdout == ""
     summary, failed = process.stderr.splitlines()[-2:]
@@ -720,7 +703,7 @@ def test_help_and_version_do_not_import_tensorflow():
         heavy = sorted(m for m in ("tensorflow", "keras") if m in sys.modules)
         print(json.dumps({"texts": texts, "heavy": heavy}))
     """)
-    process = subprocess.run([sys.executable, "-c", script], env=_environment(),
+    process = subprocess.run([sys.executable, "-c", script], env=subprocess_environment(),
                              capture_output=True, text=True, timeout=60)
     assert process.returncode == 0, process.stderr
     report = json.loads(process.stdout)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
+from guidedbp.io import images
 from guidedbp.io.images import IMAGE_EXTENSIONS, ImageError, decode_image, is_image_path
 
 from .helpers import noise
@@ -417,3 +419,88 @@ def test_modules_import_neither_tensorflow_nor_keras():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[] False"
+
+
+# --- non-regular files, memory, strips, JPEG draft ------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    path = tmp_path / "pipe.png"
+    os.mkfifo(path)
+    with pytest.raises(ImageError) as caught:  # a blocking open would never return
+        decode_image(path)
+    assert str(caught.value) == f"{path}: not a regular file (a FIFO)"
+
+
+def test_character_device_is_refused():
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    with pytest.raises(ImageError, match=r"not a regular file \(a character device\)"):
+        decode_image("/dev/zero")
+
+
+def test_memory_error_fails_the_image_with_its_size(tmp_path, monkeypatch):
+    path = tmp_path / "a.png"
+    solid((20, 10), RED).save(path)
+
+    def out_of_memory(*args):
+        raise MemoryError
+
+    monkeypatch.setattr(images, "_to_array", out_of_memory)
+    with pytest.raises(ImageError) as caught:
+        decode_image(path)
+    assert caught.value.reason == "not enough memory to decode it (20 x 10 pixels)"
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "L", "LA", "P", "I;16", "F", "1", "CMYK"])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_strip_by_strip_conversion_equals_whole(tmp_path, monkeypatch, mode, channels):
+    rng = np.random.default_rng(5)
+    if mode in ("I;16", "F"):
+        values = rng.integers(0, 65536, (37, 23)).astype(np.uint16)
+        picture = Image.fromarray(values) if mode == "I;16" else \
+            Image.fromarray((values / 65535).astype(np.float32))
+        path = tmp_path / ("x.tif" if mode == "F" else "x.png")
+    else:
+        picture = Image.fromarray(noise(37, 23, 4, seed=3)[..., :3]).convert(mode)
+        if mode == "P":
+            picture.info["transparency"] = 7
+        path = tmp_path / ("x.tif" if mode in ("CMYK",) else "x.png")
+    picture.save(path)
+    whole = decode_image(path, channels)
+    monkeypatch.setattr(images, "_STRIP_BYTES", 4 * 23 * 5)  # strips of 5 rows
+    assert np.array_equal(decode_image(path, channels), whole)
+
+
+def test_jpeg_draft_decodes_reduced_keeping_the_longer_side(tmp_path):
+    path = tmp_path / "wide.jpg"
+    Image.fromarray(noise(1000, 2000, seed=4)).save(path, quality=90)
+    assert decode_image(path).shape == (1000, 2000, 3)
+    # 2000 >= 2 x 400: the DCT scale 1/4 keeps the longer side >= 400 (1/8 would not).
+    assert decode_image(path, draft_side=400).shape == (250, 500, 3)
+    assert decode_image(path, draft_side=1000).shape == (500, 1000, 3)
+    assert decode_image(path, draft_side=1001).shape == (1000, 2000, 3)  # not twice
+    gray = decode_image(path, channels=1, draft_side=250)
+    assert gray.shape == (125, 250, 1)
+
+
+def test_jpeg_draft_applies_the_exif_orientation(tmp_path):
+    path = tmp_path / "turned.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    Image.fromarray(noise(400, 800, seed=6)).save(path, exif=exif.tobytes(), quality=90)
+    # Stored 800 x 400, decoded at 1/4 (200 x 100), then turned upright.
+    assert decode_image(path, draft_side=200).shape == (200, 100, 3)
+
+
+def test_draft_side_leaves_other_formats_whole(tmp_path):
+    path = tmp_path / "wide.png"
+    solid((2000, 1000), RED).save(path)
+    assert decode_image(path, draft_side=100).shape == (1000, 2000, 3)
+
+
+@pytest.mark.parametrize("draft_side", [0, -1, 1.5, True])
+def test_bad_draft_side(tmp_path, draft_side):
+    with pytest.raises(ValueError, match="draft_side must be a positive int"):
+        decode_image(tmp_path / "x.jpg", draft_side=draft_side)

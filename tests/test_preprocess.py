@@ -19,8 +19,11 @@ from guidedbp.models.preprocess import (
     RESIZE_MODES,
     KerasApplication,
     Placement,
+    draft_side,
     fit,
     preprocess,
+    resize_map,
+    shown_size,
 )
 
 # --- preprocess ----------------------------------------------------------------------
@@ -428,3 +431,59 @@ def test_resize_rejects_bad_map():
         preprocess_module.resize_map(np.zeros((2, 2), np.float32), (4, 4))
     with pytest.raises(ValueError, match="real"):
         preprocess_module.resize_map(np.zeros((2, 2, 1), np.complex64), (4, 4))
+
+
+# --- maps of large originals: capped at MAX_SHOWN_SIDE ---------------------------------
+
+
+def test_shown_size_caps_the_longer_side_keeping_the_aspect():
+    assert preprocess_module.MAX_SHOWN_SIDE == 4096
+    assert shown_size((9000, 9000)) == (4096, 4096)
+    assert shown_size((9000, 6000)) == (4096, 2731)
+    assert shown_size((100, 9000)) == (46, 4096)
+    assert shown_size((4096, 10)) == (4096, 10)
+    assert shown_size((30, 20000), max_side=64) == (1, 64)  # never 0
+    with pytest.raises(ValueError, match="max_side must be a positive int"):
+        shown_size((10, 10), max_side=0)
+
+
+def test_to_original_of_a_large_original_is_capped():
+    # 9000 pixels wide but only 100 high: cheap to fit, above the cap.
+    _, placement = fit(np.zeros((100, 9000, 3), np.uint8), (8, 8))
+    assert placement.shown_size == (46, 4096)
+    back = placement.to_original(np.full((8, 8, 3), 2.0, np.float32))
+    assert back.shape == (46, 4096, 3)
+    np.testing.assert_allclose(back, 2.0, rtol=1e-6)
+    assert placement.to_original(np.ones((8, 8), np.float32), max_side=None).shape == (100, 9000)
+
+
+def test_capped_crop_keeps_the_box_where_it_was():
+    _, placement = fit(np.zeros((100, 200, 3), np.uint8), (50, 50), "crop")
+    back = placement.to_original(np.ones((50, 50, 1), np.float32), max_side=100)
+    assert back.shape == (50, 100, 1)  # the original's box (0, 50, 100, 150), halved
+    assert np.all(back[:, :25] == 0) and np.all(back[:, 75:] == 0)
+    np.testing.assert_allclose(back[:, 25:75], 1.0, rtol=1e-6)
+
+
+def test_resize_map_writes_into_out():
+    out = np.full((3, 4, 2), -1.0, np.float32)
+    result = resize_map(np.ones((2, 2, 2), np.float32), (3, 4), out=out)
+    assert result is out and np.all(out == 1.0)
+    with pytest.raises(ValueError, match="out must be a float32 array of shape"):
+        resize_map(np.ones((2, 2, 2)), (3, 4), out=np.zeros((3, 4, 2)))
+
+
+def test_resize_channel_by_channel_equals_pillow_rgb():
+    from PIL import Image
+
+    image = np.random.default_rng(8).integers(0, 256, (61, 47, 3), dtype=np.uint8)
+    fitted, _ = fit(image, (20, 33))
+    expected = np.asarray(Image.fromarray(image).resize((33, 20), Image.Resampling.BILINEAR))
+    np.testing.assert_array_equal(fitted, expected)
+
+
+def test_draft_side():
+    assert draft_side((224, 224, 3)) == 4096
+    assert draft_side((5000, 300, 3)) == 5000
+    assert draft_side((None, None, 3)) is None
+    assert draft_side((None, None, 1), (64, 9000)) == 9000

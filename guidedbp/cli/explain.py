@@ -70,12 +70,16 @@ Exit codes: 0 every input explained (or skipped), 1 some inputs failed,
 report it), 130 interrupted (Ctrl-C finishes the current batch).
 
 \b
-Outputs, under OUT mirroring each input's path below the folder it was found in:
-  NAME[.CLASS].METHOD.RENDER.png  one per render (CLASS with --class/--top-k)
-  NAME[.CLASS].panel.png          with several methods and --render panel
-  NAME[.CLASS].METHOD.npy         with --raw: float32 map at model resolution
+Outputs go under OUT at each input's path as you named it (photos/a/cat.jpg gives
+OUT/photos/a/cat.jpg.*, whatever else the run names; '..' becomes %2E%2E and an
+absolute path outside this folder starts with %2F, so all stays inside OUT):
+  PATH[.CLASS].METHOD.RENDER.png  one per render (CLASS with --class/--top-k)
+  PATH[.CLASS].panel.png          with several methods and --render panel
+  PATH[.CLASS].METHOD.npy         with --raw: float32 map at model resolution
   manifest.jsonl                  one JSON object per input
-                                  (manifest-K-of-N.jsonl with --shard K/N)""")
+                                  (manifest-K-of-N.jsonl with --shard K/N)
+One run writes to an OUT at a time; guidedbp never writes through a link or over a
+file it did not write.""")
 @click.argument("model")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
 @click.option("-o", "--output", default=DEFAULT_OUTPUT, show_default=True, metavar="OUT",
@@ -113,8 +117,8 @@ Outputs, under OUT mirroring each input's path below the folder it was found in:
               help="Heatmap weight in the overlay.")
 @batch_size_option
 @field_option("skip_existing", "--skip-existing", is_flag=True,
-              help="Resume: inputs whose outputs all exist are not recomputed. (With "
-                   "--top-k every input is: its file names depend on the prediction.)")
+              help="Resume: an input whose record in OUT's manifest and whose outputs are "
+                   "all still there and whole is carried over, not recomputed.")
 @field_option("fail_fast", "--fail-fast", is_flag=True,
               help="Stop at the first input that fails.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary line.")

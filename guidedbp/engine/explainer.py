@@ -31,8 +31,7 @@ from guidedbp.engine import methods as registry
 from guidedbp.engine.options import UPSAMPLING, MethodOptions
 from guidedbp.errors import ArgumentError
 
-__all__ = ["Explainer", "Explanation", "NoReluWarning", "saliency",
-           "UPSAMPLING"]
+__all__ = ["Explainer", "Explanation", "NoReluWarning", "UPSAMPLING"]
 
 Target = int | Sequence[int] | np.ndarray | None
 
@@ -329,18 +328,6 @@ class Explainer:
                 traced, input_signature=signature, autograph=False
             )
         return self._functions[(key, methods)]
-
-
-def saliency(model, images, target: Target = None, method: str = "guided", **options) -> np.ndarray:
-    """One-shot saliency maps: ``Explainer(model, method, **options)(images, target)``.
-
-    >>> import numpy as np, keras
-    >>> model = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Flatten(),
-    ...                           keras.layers.Dense(3, activation="softmax")])
-    >>> saliency(model, np.zeros((1, 4, 4, 1), np.float32), target=0).dtype
-    dtype('float32')
-    """
-    return Explainer(model, method=method, **options)(images, target)
 
 
 # -- helpers ----------------------------------------------------------------------------

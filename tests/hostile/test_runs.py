@@ -13,8 +13,6 @@ import os
 import resource
 import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +22,16 @@ from PIL import Image
 from guidedbp.io.manifest import read_manifest
 from guidedbp.io.write import is_own_png
 
-from ..helpers import assert_one_line_error, run_cli, tinted_noise
+from ..helpers import (
+    assert_one_line_error,
+    guidedbp_command,
+    run_cli,
+    subprocess_environment,
+    tinted_noise,
+    wait_for_lines,
+)
 from ..imagetree import make_flat, snapshot
 from ..models import colour_cnn
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -55,27 +58,6 @@ def _records(out) -> list[dict]:
     return read_manifest(Path(out) / "manifest.jsonl")
 
 
-def _command(*args) -> list[str]:
-    return [sys.executable, "-m", "guidedbp", *map(str, args)]
-
-
-def _environment() -> dict:
-    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
-
-
-def _wait_for_lines(manifest: Path, count: int, process, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if manifest.exists() and manifest.read_bytes().count(b"\n") >= count:
-            return
-        if process.poll() is not None:
-            pytest.fail(f"guidedbp exited early with {process.returncode}: "
-                        f"{process.stderr.read().decode(errors='replace')}")
-        time.sleep(0.01)
-    process.kill()
-    pytest.fail(f"{manifest} did not reach {count} lines in {timeout} s")
-
-
 # -- 1. resume loses nothing ---------------------------------------------------------------
 
 
@@ -88,10 +70,10 @@ def test_a_resumed_run_ends_with_the_records_of_an_uninterrupted_one(model, here
     whole = _records("whole")
     assert [r["label"] for r in whole].count(None) == 0
 
-    process = subprocess.Popen(_command("explain", model, "flat", "-o", "cut", *flags),
-                               env=_environment(), stdout=subprocess.DEVNULL,
+    process = subprocess.Popen(guidedbp_command("explain", model, "flat", "-o", "cut", *flags),
+                               env=subprocess_environment(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
-    _wait_for_lines(here / "cut" / "manifest.jsonl", 8, process)
+    wait_for_lines(here / "cut" / "manifest.jsonl", 8, process)
     process.kill()
     process.communicate(timeout=30)
     assert len(_records("cut")) < len(whole)  # it was cut short
@@ -219,12 +201,13 @@ def _remove_chain(folder: Path) -> None:
 def test_a_second_run_on_a_busy_out_is_refused_and_a_killed_one_leaves_no_lock(model, here):
     make_flat(here / "flat", 200, size=(16, 16))
     slow = ["--batch-size", "2", "--smooth", "40", "-q"]  # minutes: outlives the second run
-    first = subprocess.Popen(_command("explain", model, "flat", "-o", "out", *slow),
-                             env=_environment(), stdout=subprocess.DEVNULL,
+    first = subprocess.Popen(guidedbp_command("explain", model, "flat", "-o", "out", *slow),
+                             env=subprocess_environment(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
-    _wait_for_lines(here / "out" / "manifest.jsonl", 2, first)
-    second = subprocess.run(_command("explain", model, "flat", "-o", "out", "-q"),
-                            env=_environment(), capture_output=True, text=True, timeout=120)
+    wait_for_lines(here / "out" / "manifest.jsonl", 2, first)
+    second = subprocess.run(guidedbp_command("explain", model, "flat", "-o", "out", "-q"),
+                            env=subprocess_environment(), capture_output=True, text=True,
+                            timeout=120)
     assert first.poll() is None  # still running
     assert second.returncode == 2
     lines = second.stderr.strip().splitlines()
@@ -242,9 +225,9 @@ def test_a_second_run_on_a_busy_out_is_refused_and_a_killed_one_leaves_no_lock(m
 
 def test_shards_of_one_run_may_share_out(model, here):
     make_flat(here / "flat", 6, size=(16, 16))
-    processes = [subprocess.Popen(_command("explain", model, "flat", "-o", "out", "-q",
+    processes = [subprocess.Popen(guidedbp_command("explain", model, "flat", "-o", "out", "-q",
                                            "--shard", f"{k}/2"),
-                                  env=_environment(), stderr=subprocess.PIPE)
+                                  env=subprocess_environment(), stderr=subprocess.PIPE)
                  for k in range(2)]
     for process in processes:
         assert process.wait(timeout=180) == 0, process.stderr.read()
@@ -258,10 +241,10 @@ def test_a_failed_manifest_write_leaves_no_partial_line(model, here):
     def small_files():  # every file, the manifest too, may grow to 3 KiB only
         resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
 
-    result = subprocess.run(_command("explain", model, "flat", "-o", "out", "-q",
+    result = subprocess.run(guidedbp_command("explain", model, "flat", "-o", "out", "-q",
                                      "--render", "gray"),
-                            env=_environment(), capture_output=True, text=True, timeout=180,
-                            preexec_fn=small_files)
+                            env=subprocess_environment(), capture_output=True, text=True,
+                            timeout=180, preexec_fn=small_files)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "manifest.jsonl" in lines[0] and "Traceback" not in result.stderr
