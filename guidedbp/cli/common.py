@@ -34,6 +34,8 @@ from guidedbp.pipeline.options import RunOptions
 INTERNAL_ERROR = 3
 #: Exit code after Ctrl-C (128 + SIGINT, as a shell reports a process it interrupted).
 INTERRUPTED = 130
+#: Exit code when standard output closed early (a pipe into ``head``): 128 + SIGPIPE.
+BROKEN_PIPE = 141
 #: Seconds a command has, after Ctrl-C, to stop by itself before it is ended.
 INTERRUPT_GRACE = 1.5
 _DEFAULTS = RunOptions().flat()
@@ -237,7 +239,7 @@ def errors_handled(function):
             try:
                 return function(*args, **kwargs)
             except (click.ClickException, click.exceptions.Exit, click.Abort,
-                    KeyboardInterrupt):
+                    KeyboardInterrupt, BrokenPipeError):
                 raise
             except GuidedbpError as error:
                 if debug:
@@ -322,6 +324,15 @@ class Command(click.Group):
             _SAID.set()
             click.echo("interrupted", err=True)
             raise click.exceptions.Exit(INTERRUPTED) from None
+        except BrokenPipeError:
+            # The reader went away (`guidedbp check demo | head -1`): stop quietly, as a
+            # Unix tool killed by SIGPIPE would, with no traceback at exit.
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+            raise click.exceptions.Exit(BROKEN_PIPE) from None
 
     def __call__(self, *args, **kwargs):
         _SAID.clear()

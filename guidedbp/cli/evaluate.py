@@ -181,7 +181,8 @@ def score(loaded, explainer, samples: list, tolerance: float, options: dict) -> 
         for method, maps in explanation.by_method.items():
             for index, sample in enumerate(chunk):
                 placement = prepared[index][1]
-                magnitude = np.abs(placement.to_original(maps[index])).max(axis=-1)[None]
+                magnitude = np.abs(placement.to_original(maps[index], max_side=None)
+                                   ).max(axis=-1)[None]  # the mask's own size
                 other = sample.other_mask
                 per_method[method].append(Scored(
                     target=int(explanation.targets[index]),

@@ -67,7 +67,7 @@ METHODS_EPILOG = "\b\nMethods:\n" + "\n".join(
                + """\n\n\b
 Exit codes: 0 every input explained (or skipped), 1 some inputs failed,
 2 usage or model errors, 3 an internal error (a bug: rerun with --debug and
-report it), 130 interrupted (Ctrl-C finishes the current batch).
+report it), 130 interrupted (Ctrl-C stops at once; what was written is whole).
 
 \b
 Outputs go under OUT at each input's path as you named it (photos/a/cat.jpg gives
@@ -181,9 +181,6 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
         raise UsageFailure(str(error)) from None
     except InputError as error:
         raise click.BadParameter(str(error), param_hint="INPUT") from None
-    except KeyboardInterrupt:  # a second Ctrl-C: the manifest was flushed on the way out
-        click.echo("\naborted", err=True)
-        sys.exit(130)
     if progress is not None:
         progress.close()
     print_summary(summary, quiet=options["quiet"])
@@ -195,8 +192,9 @@ def _show_progress(quiet: bool) -> bool:
 
 
 def print_summary(summary, quiet: bool = False) -> None:
-    """The run's one-line summary (not with ``quiet``) and its failures, on stderr."""
-    if not quiet:
+    """The run's one-line summary (with ``quiet``, only if it was interrupted) and its
+    failures, on stderr."""
+    if not quiet or summary.interrupted:
         working = max(summary.seconds - summary.loading, 1e-9)
         parts = [f"{summary.done} explained"]
         if summary.skipped:

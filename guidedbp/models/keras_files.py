@@ -16,8 +16,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+from guidedbp._files import regular_file
 from guidedbp._text import one_line
-from guidedbp.errors import ModelLoadError
+from guidedbp.errors import GuidedbpError, ModelLoadError
 from guidedbp.models.loaded import LoadedModel
 
 __all__ = ["import_custom_objects", "load_keras_file"]
@@ -141,8 +142,12 @@ def import_custom_objects(source: str | None) -> dict:
         return {}
     try:
         if source.endswith(".py") or os.path.sep in source:
-            if not os.path.isfile(source):
+            if not os.path.lexists(source):
                 raise ModelLoadError(f"custom objects file {source!r} not found")
+            try:  # a FIFO would block the import: refuse it unopened
+                regular_file(source, "custom objects file")
+            except GuidedbpError as error:
+                raise ModelLoadError(str(error)) from None
             name = "guidedbp_custom_objects_" + re.sub(r"\W", "_", Path(source).stem)
             module_spec = importlib.util.spec_from_file_location(name, source)
             module = importlib.util.module_from_spec(module_spec)

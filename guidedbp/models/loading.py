@@ -16,8 +16,9 @@ import os
 import warnings
 from pathlib import Path
 
+from guidedbp._files import regular_file
 from guidedbp._text import one_line
-from guidedbp.errors import ModelLoadError
+from guidedbp.errors import GuidedbpError, ModelLoadError
 from guidedbp.models import labels as labels_module
 from guidedbp.models.applications import WEIGHTS_CHOICES, load_application
 from guidedbp.models.frozen import FrozenGraph, constant_to_placeholder
@@ -146,6 +147,10 @@ def _load_path(spec: str, signature, input_key, output_key, unsafe, custom_objec
     path = Path(spec)
     if not path.exists():
         raise ModelLoadError(f"model {spec!r} not found")
+    try:  # a FIFO or device would block the reads below: refuse it unopened
+        regular_file(spec, "model", directory_ok=True)
+    except GuidedbpError as error:
+        raise ModelLoadError(str(error)) from None
     if path.is_dir():
         if not is_saved_model(path):
             raise ModelLoadError(

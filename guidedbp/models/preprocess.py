@@ -35,6 +35,7 @@ __all__ = [
     "draft_side",
     "preprocess",
     "resize_map",
+    "resize_picture",
     "shown_size",
 ]
 
@@ -366,7 +367,7 @@ def fit(
         scaled_size=(scaled_h, scaled_w),
         box=(top, left, top + height, left + width),
     )
-    scaled = _resize_uint8(pixels, (scaled_h, scaled_w))
+    scaled = resize_picture(pixels, (scaled_h, scaled_w))
     out = np.zeros((height, width, pixels.shape[2]), dtype=np.uint8)
     c_top, c_left, c_bottom, c_right = placement.content_box
     out[c_top:c_bottom, c_left:c_right] = scaled[
@@ -393,7 +394,8 @@ def _scale_span(start: int, stop: int, original: int, scaled: int) -> tuple[int,
     return first, last
 
 
-def _resize_uint8(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+def resize_picture(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """A uint8 ``(H, W, C)`` picture resized bilinearly to ``size`` ``(h, w)`` (a copy)."""
     if pixels.shape[:2] == size:
         return pixels.copy()
     # Channel by channel: Pillow would hold an RGB picture at 4 bytes a pixel, and

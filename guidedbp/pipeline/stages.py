@@ -22,6 +22,7 @@ from guidedbp.engine.methods import method
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem, output_stem
 from guidedbp.io.write import is_own_png, is_whole_png, save_npy, save_png
+from guidedbp.models.preprocess import draft_side, resize_picture
 from guidedbp.models.preprocess import prepare as fit_and_preprocess
 from guidedbp.pipeline.naming import Naming, label_of
 from guidedbp.pipeline.options import RunOptions
@@ -203,16 +204,21 @@ def prepare(plan: Plan, item: InputItem, carried: dict | None = None) -> Prepare
     prepared = Prepared(item, carried=carried)
     if carried is not None:
         return prepared  # neither decoded nor computed
+    inputs = plan.options.inputs
     try:
-        image = decode_image(item.path, channels=plan.feed.channels)
+        # A JPEG far larger than anything drawn from it is decoded reduced.
+        image = decode_image(item.path, channels=plan.feed.channels,
+                             draft_side=draft_side(plan.feed.input_shape, inputs.size))
     except ImageError as error:
         prepared.error = error.reason
         return prepared
-    inputs = plan.options.inputs
     try:
         prepared.fitted, prepared.placement, prepared.model_input = fit_and_preprocess(
             image, plan.feed.input_shape, plan.feed.preprocess, inputs.size, inputs.resize,
         )
+        shown = prepared.placement.shown_size  # maps are drawn at most this large
+        if tuple(image.shape[:2]) != tuple(shown):
+            image = resize_picture(image, shown)
     except MemoryError:
         prepared.error = "out of memory while fitting the image to the model"
         return prepared

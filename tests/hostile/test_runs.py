@@ -383,3 +383,28 @@ def test_the_summary_names_the_files_it_did_not_write(model, here):
     shutil.copy(here / "in" / "a.png", here / "in" / "b.png")
     result = run_cli("explain", model, "in", "-o", "out", code=0)
     assert "2 explained in " in result.stderr
+
+
+def test_a_fifo_as_the_model_or_custom_objects_never_hangs(model, here):
+    _image(here / "x.png")
+    os.mkfifo(here / "model.keras")
+    os.mkfifo(here / "objects.py")
+    for args in (["model.keras"], [model, "--custom-objects", "objects.py"]):
+        result = subprocess.run(guidedbp_command("explain", *args, "x.png", "-o", "out"),
+                                env=subprocess_environment(), capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "FIFO" in lines[0], lines
+
+
+def test_a_closed_pipe_ends_check_quietly(here):
+    command = " ".join(guidedbp_command("check", "demo", "--checks", "loads"))
+    first = subprocess.run(f"{command} | head -1", shell=True, env=subprocess_environment(),
+                           capture_output=True, text=True, timeout=120)
+    assert first.stdout.startswith("guidedbp check demo") and first.stderr == ""
+    # A reader that is gone before anything is written: the write fails for sure.
+    gone = subprocess.run(f"{command} | true; echo $PIPESTATUS", shell=True,
+                          executable="/bin/bash", env=subprocess_environment(),
+                          capture_output=True, text=True, timeout=120)
+    assert gone.stderr == "" and gone.stdout.strip() in ("0", "141")
