@@ -14,9 +14,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test,ray]"
 	touch $(STAMP)
 
+# Two pytest workers, one test file each (module fixtures are built once).
 test: $(STAMP)
 	$(PY) -m ruff check guidedbp tests benchmarks
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py

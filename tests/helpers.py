@@ -115,3 +115,30 @@ def wait_for_lines(manifest: Path, count: int, process, timeout: float = 120) ->
         time.sleep(0.01)
     process.kill()
     pytest.fail(f"{manifest} did not reach {count} lines in {timeout} s")
+
+
+class no_hang:  # noqa: N801 - a context manager, used like a function
+    """Fail (``TimeoutError``) instead of hanging when the body takes over ``seconds``.
+
+    A SIGALRM handler raises, which also interrupts a blocking ``open`` of a FIFO.
+    Main thread only.
+    """
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def __enter__(self):
+        import signal
+
+        def expire(signum, frame):
+            raise TimeoutError(f"still running after {self.seconds} s: it hangs")
+
+        self._previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._previous)

@@ -181,16 +181,16 @@ def _walk(folder: str, recursive: bool, excluded: str | None):
     """Files below ``folder`` in sorted order, without recursion (any depth works).
 
     Hidden names are skipped; links to folders are not followed; the output folder
-    is not walked into.
+    is not walked into (compared by device and inode: no path resolution per folder,
+    which would cost a system call per level of every folder).
     """
-    seen: set[str] = set()
+    try:
+        out = os.stat(excluded) if excluded is not None else None
+    except OSError:
+        out = None
     stack = [folder]
     while stack:
         current = stack.pop()
-        real = os.path.realpath(current)
-        if real in seen or (current != folder and real == excluded):
-            continue
-        seen.add(real)
         try:
             entries = sorted(os.scandir(current), key=lambda entry: entry.name)
         except OSError:
@@ -201,7 +201,9 @@ def _walk(folder: str, recursive: bool, excluded: str | None):
                 continue
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    folders.append(entry.path)
+                    info = entry.stat(follow_symlinks=False)
+                    if out is None or (info.st_dev, info.st_ino) != (out.st_dev, out.st_ino):
+                        folders.append(entry.path)
                 elif not entry.is_dir():  # a link to a folder is not followed
                     yield entry.path
             except OSError:

@@ -6,10 +6,8 @@ the test's temporary folder; each test checks that nothing was written unless th
 caller opted in with ``unsafe_deserialization=True``.
 """
 
-import os
 import re
 import resource
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -26,27 +24,11 @@ from guidedbp.models import safety
 from guidedbp.models.frozen import FrozenGraph
 from guidedbp.models.loaded import MAX_INPUT_ELEMENTS
 
-REPO = Path(__file__).resolve().parents[2]
+from ..helpers import assert_one_line_error, run_cli
+
 IMAGES = np.random.default_rng(0).uniform(0, 255, (2, 8, 8, 3)).astype(np.float32)
 SIGNATURE = tf.TensorSpec((None, 8, 8, 3), tf.float32)
 OPT_IN = "if you trust this SavedModel, pass unsafe_deserialization=True"
-
-
-def run_guidedbp(*args, cwd=REPO) -> subprocess.CompletedProcess:
-    """``python -m guidedbp ARGS`` in a fresh interpreter: its exit code and output."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "guidedbp", *map(str, args)], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=300)
-
-
-def assert_one_error_line(result: subprocess.CompletedProcess, *fragments: str) -> str:
-    """Exit 2, no traceback, one ``Error:`` line on stderr holding each fragment."""
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def write_image(path: Path) -> Path:
@@ -133,9 +115,9 @@ def test_a_saved_model_that_writes_and_reads_files_is_refused_before_it_runs(hos
 
 def test_explain_refuses_it_in_one_line_and_writes_nothing(hostile, tmp_path):
     saved, target = hostile
-    result = run_guidedbp("explain", saved, write_image(tmp_path / "image.png"),
-                          "-o", tmp_path / "out")
-    assert_one_error_line(result, "ReadFile", "WriteFile", "--unsafe-deserialization")
+    result = run_cli("explain", saved, write_image(tmp_path / "image.png"),
+                     "-o", tmp_path / "out")
+    assert_one_line_error(result, "ReadFile", "WriteFile", "--unsafe-deserialization")
     assert not target.exists()
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
@@ -273,9 +255,10 @@ def test_no_listed_op_touches_files_processes_or_python():
 def test_custom_objects_calling_sys_exit_is_an_error_not_a_silent_success(tmp_path):
     small_cnn().save(tmp_path / "model.keras")
     (tmp_path / "quits.py").write_text("import sys\nsys.exit(0)\n")
-    result = run_guidedbp("explain", tmp_path / "model.keras", write_image(tmp_path / "x.png"),
-                          "-o", tmp_path / "out", "--custom-objects", tmp_path / "quits.py")
-    assert_one_error_line(
+    # In this process: were sys.exit obeyed, the runner would see a clean exit 0.
+    result = run_cli("explain", tmp_path / "model.keras", write_image(tmp_path / "x.png"),
+                     "-o", tmp_path / "out", "--custom-objects", tmp_path / "quits.py")
+    assert_one_line_error(
         result, f"custom objects {str(tmp_path / 'quits.py')!r} called sys.exit(0) while being "
         "imported")
 

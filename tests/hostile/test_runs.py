@@ -25,6 +25,7 @@ from guidedbp.io.write import is_own_png
 from ..helpers import (
     assert_one_line_error,
     guidedbp_command,
+    no_hang,
     run_cli,
     subprocess_environment,
     tinted_noise,
@@ -62,7 +63,7 @@ def _records(out) -> list[dict]:
 
 
 def test_a_resumed_run_ends_with_the_records_of_an_uninterrupted_one(model, here):
-    make_flat(here / "flat", 120, size=(16, 16))
+    make_flat(here / "flat", 60, size=(16, 16))
     labels = here / "labels.txt"
     labels.write_text("red\ngreen\nblue\n")
     flags = ["--labels", labels, "--top-k", "2", "--raw", "--batch-size", "4", "-q"]
@@ -81,9 +82,9 @@ def test_a_resumed_run_ends_with_the_records_of_an_uninterrupted_one(model, here
         result = run_cli("explain", model, "flat", "-o", "cut", *flags, "--skip-existing",
                          code=0)
         assert _records("cut") == whole  # labels, scores and classes of skipped inputs too
-    assert "120 skipped" not in result.stderr  # -q: no summary line
+    assert "60 skipped" not in result.stderr  # -q: no summary line
     final = run_cli("explain", model, "flat", "-o", "cut", *flags[:-1], "--skip-existing")
-    assert "0 explained, 120 skipped (outputs exist)" in final.stderr
+    assert "0 explained, 60 skipped (outputs exist)" in final.stderr
 
 
 @pytest.mark.parametrize("damage", ["empty", "truncated", "not a png", "someone else's png"])
@@ -390,20 +391,15 @@ def test_a_fifo_as_the_model_or_custom_objects_never_hangs(model, here):
     os.mkfifo(here / "model.keras")
     os.mkfifo(here / "objects.py")
     for args in (["model.keras"], [model, "--custom-objects", "objects.py"]):
-        result = subprocess.run(guidedbp_command("explain", *args, "x.png", "-o", "out"),
-                                env=subprocess_environment(), capture_output=True, text=True,
-                                timeout=60)
-        assert result.returncode == 2, result.stderr
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and "FIFO" in lines[0], lines
+        with no_hang(30):
+            result = run_cli("explain", *args, "x.png", "-o", "out")
+        assert_one_line_error(result, "FIFO")
 
 
 def test_a_closed_pipe_ends_check_quietly(here):
     command = " ".join(guidedbp_command("check", "demo", "--checks", "loads"))
-    first = subprocess.run(f"{command} | head -1", shell=True, env=subprocess_environment(),
-                           capture_output=True, text=True, timeout=120)
-    assert first.stdout.startswith("guidedbp check demo") and first.stderr == ""
-    # A reader that is gone before anything is written: the write fails for sure.
+    # A reader that is gone before anything is written (`| head -1` may be too slow to
+    # go): the write fails for sure.
     gone = subprocess.run(f"{command} | true; echo $PIPESTATUS", shell=True,
                           executable="/bin/bash", env=subprocess_environment(),
                           capture_output=True, text=True, timeout=120)
