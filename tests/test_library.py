@@ -345,3 +345,31 @@ def test_sigmoid_models_still_explain_both_classes():
         np.full((1, 6, 6, 1), 128, np.float32), [0])
     assert explanation.class_probabilities.shape == (1, 2)
     np.testing.assert_allclose(explanation.class_probabilities.sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_top_k_and_several_classes_share_one_forward_pass(random_cnn):
+    images = np.random.default_rng(6).normal(size=(5, 12, 12, 3)).astype(np.float32)
+    methods = ("guided", "vanilla", "gradcam")
+    explainer = Explainer(random_cnn, methods)
+    ranked = explainer.explain_top_k(images, 3)
+    probabilities = ranked[0].class_probabilities
+    expected = np.argsort(-probabilities, axis=1, kind="stable")[:, :3]
+    assert np.array_equal(np.stack([e.targets for e in ranked], axis=1), expected)
+    for column, explanation in enumerate(ranked):
+        alone = Explainer(random_cnn, methods).explain(images, expected[:, column])
+        for name in methods:
+            np.testing.assert_allclose(explanation.by_method[name], alone.by_method[name],
+                                       rtol=1e-6, atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(explanation.probabilities, alone.probabilities, rtol=1e-6)
+    traces = explainer.trace_count
+    both = explainer.explain_classes(images, [2, 0])
+    assert [e.targets.tolist() for e in both] == [[2] * 5, [0] * 5]
+    assert explainer.trace_count == traces + 1  # one trace for two classes, reused after
+    explainer.explain_classes(images[:2], [1, 3])
+    assert explainer.trace_count == traces + 1
+    assert len(explainer.explain_top_k(images, 9)) == 4  # no more ranks than classes
+    with pytest.raises(ArgumentError, match="k=0"):
+        explainer.explain_top_k(images, 0)
+    smooth = Explainer(random_cnn, "guided", smooth=3, seed=1)
+    np.testing.assert_allclose(smooth.explain_top_k(images, 2)[1].maps,
+                               smooth.explain(images, expected[:, 1]).maps, rtol=1e-6)

@@ -42,7 +42,8 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
     Args:
         model: The traceable callable.
         images: float32 ``(N, H, W, C)`` placeholder.
-        targets: int32 ``(N,)`` classes; negative means the top-1 class.
+        targets: int32 ``(N, K)``: K classes per image, each explained from the same
+            forward pass; ``-r`` means the image's r-th most probable class.
         methods: The methods to compute.
         report_methods: The methods the report speaks for (the explainer's).
         layer_path: Grad-CAM's layer (enclosing model names, then its own), or None.
@@ -50,8 +51,9 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
 
     Returns:
         ``(outputs, report)``: outputs is a dict with ``maps`` (method -> float32
-        maps), ``targets``, ``logits``, ``probabilities`` (the target's) and
-        ``class_probabilities``; report a :class:`~guidedbp.engine._graph.Report`.
+        ``(N, K, ...)`` maps), ``targets``, ``logits``, ``probabilities`` (each
+        ``(N, K)``: the targets') and ``class_probabilities`` ``(N, classes)``; report a
+        :class:`~guidedbp.engine._graph.Report`.
     """
     records = [method(name) for name in methods]
     rules = [rule for rule in RELU_RULES if any(r.relu_rule == rule for r in records)]
@@ -90,32 +92,43 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
         layer=None if feature_map is None else feature_map.op.name.rsplit("/", 1)[0],
     )
 
-    chosen = tf.where(targets < 0, tf.argmax(scores, axis=-1, output_type=tf.int32), targets)
+    # Negative targets name ranks: -1 the top class, -2 the second, ... (ties: lower index
+    # first), so top-k classes need no forward pass of their own.
+    ranked = tf.argsort(scores, axis=-1, direction="DESCENDING", stable=True)
+    ranks = tf.minimum(-targets - 1, tf.shape(scores)[-1] - 1)
+    chosen = tf.where(targets < 0, tf.gather(ranked, tf.maximum(ranks, 0), batch_dims=1),
+                      targets)  # (N, K)
     target_scores = tf.gather(scores, chosen, batch_dims=1)
-    score = tf.reduce_sum(target_scores)
-    input_gradients, cam = {}, None
+    columns = targets.shape[1]
+    per_column = []  # one class per image at a time: its own backward passes
     calls = rules if not needs_cam or "plain" in rules else ["plain", *rules]
     try:
-        for rule in calls:
-            _graph.set_gradient(guided, RULE_GRADIENT[rule])
-            wanted = [images] if rule in rules else []
-            if rule == "plain" and needs_cam:
-                wanted.append(feature_map)
-            gradients = tf.gradients(score, wanted, unconnected_gradients="zero")
-            if rule in rules:
-                input_gradients[rule] = tf.cast(gradients[0], tf.float32)
-            if rule == "plain" and needs_cam:
-                cam = _gradcam.grad_cam(feature_map, gradients[-1], tf.shape(images)[1:3],
-                                        upsample)
+        for column in range(columns):
+            score = tf.reduce_sum(target_scores[:, column])
+            input_gradients, cam = {}, None
+            for rule in calls:
+                _graph.set_gradient(guided, RULE_GRADIENT[rule])
+                wanted = [images] if rule in rules else []
+                if rule == "plain" and needs_cam:
+                    wanted.append(feature_map)
+                gradients = tf.gradients(score, wanted, unconnected_gradients="zero")
+                if rule in rules:
+                    input_gradients[rule] = tf.cast(gradients[0], tf.float32)
+                if rule == "plain" and needs_cam:
+                    cam = _gradcam.grad_cam(feature_map, gradients[-1], tf.shape(images)[1:3],
+                                            upsample)
+            per_column.append({
+                record.name: tf.cast(
+                    record.combine(_Parts(input_gradients.get(record.relu_rule), cam)),
+                    tf.float32)
+                for record in records
+            })
     finally:  # the ops go back to the gradient they were created with
         _graph.set_gradient(guided, RULE_GRADIENT["guided"] if swapped else None)
-    maps = {
-        record.name: tf.cast(record.combine(_Parts(input_gradients.get(record.relu_rule), cam)),
-                             tf.float32)
-        for record in records
-    }
+    maps = {record.name: tf.stack([column[record.name] for column in per_column], axis=1)
+            for record in records}
     outputs = {
-        "maps": maps,
+        "maps": maps,  # (N, K, H, W, C)
         "targets": chosen,
         "logits": target_scores,
         "probabilities": tf.gather(probabilities, chosen, batch_dims=1),

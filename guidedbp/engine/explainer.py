@@ -208,6 +208,51 @@ class Explainer:
         return Explanation({m: maps[m] for m in self.methods}, clean.targets, clean.logits,
                            clean.probabilities, clean.class_probabilities)
 
+    def explain_top_k(self, images, k: int) -> list[Explanation]:
+        """Each image's ``k`` most probable classes (fewer if the model has fewer), most
+        probable first: one :class:`Explanation` per rank.
+
+        The ranks share one forward pass (k backward passes) unless SmoothGrad or
+        integrated gradients average many passes anyway. Ties go to the lower class
+        index.
+        """
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ArgumentError(f"k={k!r} must be a positive integer")
+        images = _as_images(images)
+        key = self._signature(images.shape[1:])
+        k = min(int(k), self._report_for(key).num_classes)
+        ranks = np.tile(-np.arange(1, k + 1, dtype=np.int32), (len(images), 1))
+        return self._explain_columns(key, images, ranks)
+
+    def explain_classes(self, images, classes: Sequence[int]) -> list[Explanation]:
+        """The same ``classes`` for every image, in that order, from one forward pass:
+        one :class:`Explanation` per class."""
+        images = _as_images(images)
+        key = self._signature(images.shape[1:])
+        columns = [_as_targets(int(c) if isinstance(c, (int, np.integer)) else c, len(images))
+                   for c in classes]
+        if not columns:
+            raise ArgumentError("classes is empty: expected at least one class")
+        return self._explain_columns(key, images, np.stack(columns, axis=1))
+
+    def _explain_columns(self, key: tuple, images: np.ndarray, targets: np.ndarray
+                         ) -> list[Explanation]:
+        report = self._report_for(key)
+        if np.any(targets >= report.num_classes):
+            bad = int(targets[targets >= report.num_classes][0])
+            raise ArgumentError(
+                f"target class {bad} is out of range: the model has "
+                f"{report.num_classes} classes (0..{report.num_classes - 1})"
+            )
+        if not self.options.smoothgrad.active and self._direct == self.methods:
+            return self._run_columns(self.methods, key, images, targets)
+        # Averaged methods run their many passes per class anyway: resolve the ranks
+        # from one clean pass, then explain class by class.
+        if np.any(targets < 0):
+            clean = self._run_columns(self._clean, key, images, targets)
+            targets = np.stack([e.targets for e in clean], axis=1).astype(np.int32)
+        return [self.explain(images, targets[:, column]) for column in range(targets.shape[1])]
+
     def report_for(self, image_shape: tuple) -> _graph.Report:
         """The report for images of ``(H, W, C)`` ``image_shape``, tracing once for it.
 
@@ -258,17 +303,25 @@ class Explainer:
 
     def _run(self, methods: tuple, key: tuple, images: np.ndarray, targets: np.ndarray
              ) -> Explanation:
-        function = self._function(key, methods)
+        """``methods`` for one class per image (``targets`` ``(N,)``)."""
+        return self._run_columns(methods, key, images, targets[:, None])[0]
+
+    def _run_columns(self, methods: tuple, key: tuple, images: np.ndarray,
+                     targets: np.ndarray) -> list[Explanation]:
+        """``methods`` for K classes per image (``targets`` ``(N, K)``, ``-r`` the r-th most
+        probable), from one forward pass per batch: one Explanation per column."""
+        function = self._function(key, methods, targets.shape[1])
         parts = []
         for start in range(0, len(images), self.batch_size):
-            outputs = function(images[start : start + self.batch_size],
-                               targets[start : start + self.batch_size])
-            parts.append(outputs)
+            parts.append(function(images[start : start + self.batch_size],
+                                  targets[start : start + self.batch_size]))
         joined = {name: np.concatenate([p[name].numpy() for p in parts])
                   for name in ("targets", "logits", "probabilities", "class_probabilities")}
         maps = {m: np.concatenate([p["maps"][m].numpy() for p in parts]) for m in methods}
-        return Explanation(maps, joined["targets"], joined["logits"], joined["probabilities"],
-                           joined["class_probabilities"])
+        return [Explanation({m: maps[m][:, column] for m in methods},
+                            joined["targets"][:, column], joined["logits"][:, column],
+                            joined["probabilities"][:, column], joined["class_probabilities"])
+                for column in range(targets.shape[1])]
 
     def _black_white(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
         pixels = np.array([0.0, 255.0], np.float32).repeat(channels).reshape(2, 1, 1, channels)
@@ -307,11 +360,11 @@ class Explainer:
                 )
         return report
 
-    def _function(self, key: tuple, methods: tuple):
-        if (key, methods) not in self._functions:
+    def _function(self, key: tuple, methods: tuple, columns: int = 1):
+        if (key, methods, columns) not in self._functions:
             signature = [
                 tf.TensorSpec((None, *key), tf.float32, name="images"),
-                tf.TensorSpec((None,), tf.int32, name="targets"),
+                tf.TensorSpec((None, columns), tf.int32, name="targets"),
             ]
 
             def traced(images, targets):
@@ -324,10 +377,10 @@ class Explainer:
                 return outputs
 
             # autograph=False: the body builds a graph in plain Python; nothing to convert.
-            self._functions[(key, methods)] = tf.function(
+            self._functions[(key, methods, columns)] = tf.function(
                 traced, input_signature=signature, autograph=False
             )
-        return self._functions[(key, methods)]
+        return self._functions[(key, methods, columns)]
 
 
 # -- helpers ----------------------------------------------------------------------------

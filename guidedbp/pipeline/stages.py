@@ -268,31 +268,18 @@ def _explain_group(plan, explainer, batch, positions, results) -> None:
 
 
 def _targets(plan: Plan, explainer, images: np.ndarray) -> list[list[Explained]]:
-    """Per image, one :class:`Explained` per class: every method from one engine call."""
-    per_image: list[list[Explained]] = [[] for _ in images]
-
-    def add(target):
-        explanation = explainer.explain(images, target)
-        for index, row in enumerate(per_image):
-            row.append(Explained(int(explanation.targets[index]),
-                                 float(explanation.probabilities[index]),
-                                 {m: maps[index] for m, maps in explanation.by_method.items()}))
-        return explanation
-
+    """Per image, one :class:`Explained` per class: every method and every class from one
+    engine call (one forward pass)."""
     if plan.classes:
-        for target in plan.classes:
-            add(target)
-        return per_image
-    first = add(None)
-    top_k = plan.options.classes.top_k
-    if top_k and top_k > 1:
-        ranked = np.argsort(-first.class_probabilities, axis=1, kind="stable")
-        # The top-1 map is already made; the others follow it in probability order,
-        # never repeating it when two probabilities tie.
-        others = np.stack([row[row != top] for row, top in zip(ranked, first.targets)])
-        for rank in range(min(top_k, ranked.shape[1]) - 1):
-            add(others[:, rank])
-    return per_image
+        explanations = explainer.explain_classes(images, plan.classes)
+    else:
+        explanations = explainer.explain_top_k(images, plan.options.classes.top_k or 1)
+    return [
+        [Explained(int(e.targets[index]), float(e.probabilities[index]),
+                   {m: maps[index] for m, maps in e.by_method.items()})
+         for e in explanations]
+        for index in range(len(images))
+    ]
 
 
 def engine_reason(error: BaseException) -> str:
