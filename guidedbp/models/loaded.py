@@ -112,10 +112,7 @@ class LoadedModel:
             preprocess_source=FILE_PREPROCESS_SOURCE,
         )
         if file_format != "keras-application" and not _rescales_itself(model):
-            loaded.notes.append(
-                "no Rescaling/Normalization layer at the input: if the model was trained on "
-                f"scaled pixels, pass preprocess=MODE ({_SCALING_MODES})"
-            )
+            loaded.notes.append(NO_RESCALING_NOTE)
         return loaded
 
     @property
@@ -174,6 +171,11 @@ def _check_float_input(source: str, tensor) -> None:
             f"{source!r} takes {dtype.name} input; gradients need a float input "
             "(an integer input gives all-zero maps): rebuild it with a float32 Input"
         )
+
+
+#: The note for a model file with no scaling layer, while no preprocessing was chosen.
+NO_RESCALING_NOTE = ("no Rescaling/Normalization layer at the input: if the model was trained "
+                     f"on scaled pixels, pass preprocess=MODE ({_SCALING_MODES})")
 
 
 def _rescales_itself(model) -> bool:

@@ -23,7 +23,7 @@ from guidedbp.models import labels as labels_module
 from guidedbp.models.applications import WEIGHTS_CHOICES, load_application
 from guidedbp.models.frozen import FrozenGraph, constant_to_placeholder
 from guidedbp.models.keras_files import load_keras_file
-from guidedbp.models.loaded import DEFAULT_FILE_PREPROCESS, LoadedModel
+from guidedbp.models.loaded import DEFAULT_FILE_PREPROCESS, NO_RESCALING_NOTE, LoadedModel
 from guidedbp.models.preprocess import PREPROCESS_MODES
 from guidedbp.models.savedmodel import is_saved_model, load_saved_model
 
@@ -121,6 +121,8 @@ def load_model(
     if preprocess is not None:
         loaded.preprocess = preprocess
         loaded.preprocess_source = f"set by preprocess={preprocess!r}"
+        # The caller chose: the hint to choose is moot.
+        loaded.notes = [note for note in loaded.notes if note != NO_RESCALING_NOTE]
     if labels is not None:
         try:
             loaded.labels = labels_module.load_labels(labels)

@@ -351,6 +351,10 @@ def test_explain_says_what_inspect_warns_of(here):
     assert any("no Rescaling/Normalization layer" in line and "--preprocess MODE" in line
                for line in warned)
     assert any("2 class names for 3 classes" in line for line in warned)
+    # Once preprocessing is chosen, the hint to choose it is moot.
+    chosen = run_cli("explain", here / "plain.keras", "x.png", "-o", "out2", "--preprocess",
+                     "tf", code=0)
+    assert "Rescaling" not in chosen.stderr
 
 
 def test_an_out_that_cannot_be_created_fails_before_the_model_loads(here):
