@@ -187,12 +187,7 @@ class Explainer:
         targets = _as_targets(target, len(images))
         key = self._signature(images.shape[1:])
         report = self._report_for(key)
-        if np.any(targets >= report.num_classes):
-            bad = int(targets[targets >= report.num_classes][0])
-            raise ArgumentError(
-                f"target class {bad} is out of range: the model has "
-                f"{report.num_classes} classes (0..{report.num_classes - 1})"
-            )
+        _check_range(targets, report.num_classes)
         clean = self._run(self._clean, key, images, targets)
         smoothing = self.options.smoothgrad.active
         if not smoothing and self._direct == self.methods:
@@ -238,12 +233,7 @@ class Explainer:
     def _explain_columns(self, key: tuple, images: np.ndarray, targets: np.ndarray
                          ) -> list[Explanation]:
         report = self._report_for(key)
-        if np.any(targets >= report.num_classes):
-            bad = int(targets[targets >= report.num_classes][0])
-            raise ArgumentError(
-                f"target class {bad} is out of range: the model has "
-                f"{report.num_classes} classes (0..{report.num_classes - 1})"
-            )
+        _check_range(targets, report.num_classes)
         if not self.options.smoothgrad.active and self._direct == self.methods:
             return self._run_columns(self.methods, key, images, targets)
         # Averaged methods run their many passes per class anyway: resolve the ranks
@@ -399,6 +389,15 @@ def _caller_stacklevel() -> int:
             return level
         frame, level = frame.f_back, level + 1
     return 1
+
+
+def _check_range(targets: np.ndarray, num_classes: int) -> None:
+    if np.any(targets >= num_classes):
+        bad = int(targets[targets >= num_classes][0])
+        raise ArgumentError(
+            f"target class {bad} is out of range: the model has "
+            f"{num_classes} classes (0..{num_classes - 1})"
+        )
 
 
 def _as_images(images) -> np.ndarray:
