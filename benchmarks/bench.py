@@ -286,24 +286,38 @@ with open("/proc/self/status") as status:
 """
 
 
-def memory(folder: str) -> None:
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((64, 64, 3))
-    x = keras.layers.Rescaling(1 / 255)(inputs)
-    x = keras.layers.Conv2D(16, 3, activation="relu")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
+def _small_model(folder: str) -> str:
+    """A small rescaling CNN on 64x64 images, saved once per folder; its path."""
     model_path = os.path.join(folder, "small.keras")
-    keras.Model(inputs, keras.layers.Dense(5, activation="softmax")(x)).save(model_path)
+    if not os.path.exists(model_path):
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((64, 64, 3))
+        x = keras.layers.Rescaling(1 / 255)(inputs)
+        x = keras.layers.Conv2D(16, 3, activation="relu")(x)
+        x = keras.layers.GlobalAveragePooling2D()(x)
+        keras.Model(inputs, keras.layers.Dense(5, activation="softmax")(x)).save(model_path)
+    return model_path
+
+
+def _peak_rss(model_path: str, images: str, output: str, *flags: str) -> int:
+    """Peak RSS in bytes of ``guidedbp explain MODEL IMAGES -o OUTPUT -q FLAGS`` in a
+    process of its own."""
+    result = subprocess.run(
+        [sys.executable, "-c", _MEMORY_SCRIPT, "explain", model_path, images, "-q",
+         "-o", output, *flags],
+        capture_output=True, text=True, check=True,
+    )
+    return int(result.stdout.strip().splitlines()[-1]) * 1024  # KiB -> bytes
+
+
+def memory(folder: str) -> None:
+    model_path = _small_model(folder)
     peaks = {}
     for count in (100, 1000):
         images_dir = os.path.join(folder, f"memory{count}")
         write_images(images_dir, count, size=(64, 64))
-        result = subprocess.run(
-            [sys.executable, "-c", _MEMORY_SCRIPT, "explain", model_path, images_dir, "-q",
-             "-o", os.path.join(folder, f"memory-out{count}"), "--batch-size", "16"],
-            capture_output=True, text=True, check=True,
-        )
-        peaks[count] = int(result.stdout.strip().splitlines()[-1]) / 1024  # KiB -> MiB
+        peaks[count] = _peak_rss(model_path, images_dir, os.path.join(folder, f"memory-out{count}"),
+                                 "--batch-size", "16") / 2**20
     growth = peaks[1000] / peaks[100] - 1
     verdict = "met" if abs(growth) <= 0.10 else "NOT met"
     print(f"peak RSS of explain: 100 images {peaks[100]:.0f} MiB, "
@@ -317,13 +331,7 @@ BIG_IMAGE_EXTRA = 1.5e9
 def memory_big(folder: str) -> None:
     from PIL import Image, ImageDraw
 
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((64, 64, 3))
-    x = keras.layers.Rescaling(1 / 255)(inputs)
-    x = keras.layers.Conv2D(16, 3, activation="relu")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    model_path = os.path.join(folder, "small-big.keras")
-    keras.Model(inputs, keras.layers.Dense(5, activation="softmax")(x)).save(model_path)
+    model_path = _small_model(folder)
     peaks, seconds = {}, {}
     for side in (1000, 9000):
         picture = Image.new("RGB", (side, side))
@@ -335,13 +343,8 @@ def memory_big(folder: str) -> None:
         picture.save(os.path.join(images_dir, "picture.png"))
         del picture, draw
         start = time.perf_counter()
-        result = subprocess.run(
-            [sys.executable, "-c", _MEMORY_SCRIPT, "explain", model_path, images_dir, "-q",
-             "-o", os.path.join(folder, f"big-out{side}")],
-            capture_output=True, text=True, check=True,
-        )
+        peaks[side] = _peak_rss(model_path, images_dir, os.path.join(folder, f"big-out{side}"))
         seconds[side] = time.perf_counter() - start
-        peaks[side] = int(result.stdout.strip().splitlines()[-1]) * 1024  # KiB -> bytes
     extra = peaks[9000] - peaks[1000]
     verdict = "met" if extra <= BIG_IMAGE_EXTRA else "NOT met"
     print(f"peak RSS of explain on one PNG: 1 megapixel {peaks[1000] / 2**20:.0f} MiB "
