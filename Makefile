@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,ray]"
+	$(PY) -m pip install --quiet -e ".[test,ray,plot]"
 	touch $(STAMP)
 
 # Two pytest workers, one test file each (module fixtures are built once).
