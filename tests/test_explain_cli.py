@@ -31,7 +31,7 @@ from guidedbp.io.images import decode_image
 from guidedbp.io.inputs import output_stem
 from guidedbp.io.manifest import read_manifest
 from guidedbp.models.preprocess import fit, preprocess
-from guidedbp.render import PANEL_GAP, RENDERS, render
+from guidedbp.render import DEFAULT_TILE, PANEL_GAP, PANEL_MARGIN, RENDERS, render
 
 from .helpers import (
     assert_one_line_error,
@@ -214,9 +214,11 @@ def test_renders_are_pngs_at_the_original_size(full, tree):
         assert (gray.mode, gray.size) == ("L", (width, height))
         panel = load_png(full.out / outputs["panel"])
         assert panel.mode == "RGB"
-        # original, color, gray and overlay side by side, with a caption and titles.
-        assert panel.width == 4 * width + 3 * PANEL_GAP
-        assert panel.height > height
+        # original, color, gray and overlay side by side in 224-px tiles, with a caption,
+        # titles and colorbars.
+        tile_width = round(width * DEFAULT_TILE / max(width, height))
+        assert panel.width == 2 * PANEL_MARGIN + 4 * tile_width + 3 * PANEL_GAP
+        assert panel.height > round(height * DEFAULT_TILE / max(width, height))
 
 
 def test_raw_map_equals_the_explainer_on_the_preprocessed_image(full, tree, tiny):
@@ -350,7 +352,7 @@ def test_output_size_model_keeps_the_model_resolution(tree, tiny, tmp_path):
         for render_name in RENDERS:
             image = load_png(tmp_path / record["outputs"][render_name])
             if render_name == "panel":
-                assert image.size[0] == 4 * 16 + 3 * PANEL_GAP
+                assert image.size[0] == 2 * PANEL_MARGIN + 4 * DEFAULT_TILE + 3 * PANEL_GAP
             else:
                 assert image.size == (16, 16)
                 assert image.mode == ("L" if render_name == "gray" else "RGB")

@@ -14,7 +14,7 @@ from guidedbp.io.images import decode_image
 from guidedbp.io.inputs import output_stem
 from guidedbp.io.manifest import read_manifest
 from guidedbp.models.preprocess import fit, preprocess
-from guidedbp.render import PANEL_GAP
+from guidedbp.render import PANEL_GAP, PANEL_MARGIN
 
 from .models import X4x4, cam_cnn
 
@@ -66,7 +66,7 @@ def test_all_methods_make_one_comparison_panel(setup):
     folder, model, model_path = setup
     out = folder / "out-all"
     result = run(str(model_path), str(folder / "img.png"), "-o", str(out), "--method", "all",
-                 "--render", "panel,color", "--raw", "-q")
+                 "--render", "panel,color", "--raw", "--tile", "64", "-q")
     assert result.exit_code == 0, result.output
     record = read_manifest(out / "manifest.jsonl")[0]
     assert record["method"] == ",".join(guidedbp.METHODS)
@@ -76,12 +76,14 @@ def test_all_methods_make_one_comparison_panel(setup):
     assert sorted(record["raw"]) == sorted(guidedbp.METHODS)
     panel = np.asarray(Image.open(out / record["outputs"]["panel"]))
     columns = 1 + len(guidedbp.METHODS)  # the original, then one per method
-    assert panel.shape[1] == columns * SIZE + (columns - 1) * PANEL_GAP
-    # The first column, below the caption row, is the original picture (gray -> RGB).
+    assert panel.shape[1] == 2 * PANEL_MARGIN + columns * 64 + (columns - 1) * PANEL_GAP
+    # The first column, below the caption and titles, is the original picture (gray -> RGB)
+    # enlarged 16 times, nearest-neighbour.
+    tile = np.kron(np.asarray(Image.open(folder / "img.png")), np.ones((16, 16), np.uint8))
+    left = PANEL_MARGIN
     top = next(row for row in range(panel.shape[0])
-               if np.array_equal(panel[row : row + SIZE, :SIZE, 0],
-                                 np.asarray(Image.open(folder / "img.png"))))
-    column = panel[top : top + SIZE, :SIZE]
+               if np.array_equal(panel[row : row + 64, left:left + 64, 0], tile))
+    column = panel[top : top + 64, left:left + 64]
     assert np.array_equal(column[..., 0], column[..., 2])
     # Each method's raw map is that method's explainer output.
     gradcam = np.load(out / record["raw"]["gradcam"])

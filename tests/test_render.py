@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import ImageFont
 
 from guidedbp import render as rendering
 from guidedbp.render import panel as panel_module
@@ -300,7 +301,7 @@ def test_overlay_validation():
 
 WIDTHS = (20, 30, 12)
 HEIGHT = 6
-ROW = 15  # Pillow's built-in bitmap font is 11 px tall, plus 2 px above and below
+MARGIN, GAP = rendering.PANEL_MARGIN, rendering.PANEL_GAP
 
 
 def _columns(titles=("a", "bb", "c")):
@@ -312,8 +313,16 @@ def _columns(titles=("a", "bb", "c")):
 
 
 def _column_lefts():
-    # 0, 20 + 4, 20 + 4 + 30 + 4
-    return [0, 24, 58]
+    return [MARGIN, MARGIN + 20 + GAP, MARGIN + 20 + GAP + 30 + GAP]
+
+
+def _picture_top(panel, picture, left):
+    """The row where ``picture`` (H, W, 3) sits in ``panel`` at column ``left``."""
+    height, width = picture.shape[:2]
+    rows = [top for top in range(panel.shape[0] - height + 1)
+            if np.array_equal(panel[top:top + height, left:left + width], picture)]
+    assert len(rows) == 1, rows
+    return rows[0]
 
 
 def _assert_pictures_at(panel, top):
@@ -322,45 +331,106 @@ def _assert_pictures_at(panel, top):
     assert np.all(body[:, lefts[0]:lefts[0] + 20] == 10)
     assert np.all(body[:, lefts[1]:lefts[1] + 30] == [200, 0, 0])
     assert np.all(body[:, lefts[2]:lefts[2] + 12] == 77)
-    assert np.all(body[:, 20:24] == 255)  # gaps
-    assert np.all(body[:, 54:58] == 255)
+    for gap_left in (lefts[0] + 20, lefts[1] + 30):
+        assert np.all(body[:, gap_left:gap_left + GAP] == 255)
 
 
 def _has_ink(region):
     return bool((region < 128).any())
 
 
-def test_panel_layout_without_caption():
-    panel = rendering.render_panel(_columns())
-    assert rendering.PANEL_GAP == 4
+def test_panel_layout_untiled():
+    panel = rendering.render_panel(_columns(), tile=None)
     assert panel.dtype == np.uint8
-    assert panel.shape == (HEIGHT + ROW, 20 + 4 + 30 + 4 + 12, 3)
-    _assert_pictures_at(panel, top=0)
-    titles = panel[HEIGHT:]
+    assert panel.shape[1] == MARGIN + 20 + GAP + 30 + GAP + 12 + MARGIN
+    top = _picture_top(panel, np.full((HEIGHT, 20, 3), 10, np.uint8), MARGIN)
+    _assert_pictures_at(panel, top)
+    assert panel.shape[0] == top + HEIGHT + MARGIN  # no scales: no colorbars
+    titles = panel[MARGIN:top]
     for left, width in zip(_column_lefts(), WIDTHS, strict=True):
         assert _has_ink(titles[:, left:left + width])
-    assert np.all(titles[:, 20:24] == 255) and np.all(titles[:, 54:58] == 255)
+    assert np.all(panel[:, :MARGIN] == 255) and np.all(panel[:, -MARGIN:] == 255)
 
 
-def test_panel_layout_with_caption():
-    panel = rendering.render_panel(_columns(), caption="tabby (class 281) p=0.873")
-    assert panel.shape == (ROW + HEIGHT + ROW, 70, 3)
-    assert _has_ink(panel[:ROW])
-    _assert_pictures_at(panel, top=ROW)
-    assert _has_ink(panel[ROW + HEIGHT:, 0:20])
+def test_panel_caption_goes_above_the_titles():
+    plain = rendering.render_panel(_columns(), tile=None)
+    captioned = rendering.render_panel(_columns(), caption="tabby (class 281) p=0.873",
+                                       tile=None)
+    picture = np.full((HEIGHT, 20, 3), 10, np.uint8)
+    below = _picture_top(captioned, picture, MARGIN) - _picture_top(plain, picture, MARGIN)
+    assert below > 12  # one line of 16-px text
+    assert captioned.shape[0] == plain.shape[0] + below
+    assert _has_ink(captioned[MARGIN:MARGIN + below])
 
 
 def test_panel_without_titles_has_no_title_row():
-    panel = rendering.render_panel(_columns(titles=("", "", "")))
-    assert panel.shape == (HEIGHT, 70, 3)
-    _assert_pictures_at(panel, top=0)
+    panel = rendering.render_panel(_columns(titles=("", "", "")), tile=None)
+    assert panel.shape[0] == MARGIN + HEIGHT + MARGIN
+    _assert_pictures_at(panel, top=MARGIN)
 
 
-def test_panel_long_title_is_cut_inside_its_column():
-    panel = rendering.render_panel(_columns(titles=("a very long title indeed", "bb", "c")))
-    titles = panel[HEIGHT:]
-    assert _has_ink(titles[:, 0:20])
-    assert np.all(titles[:, 20:24] == 255)
+def test_panel_tile_enlarges_with_nearest_neighbour():
+    rng = np.random.default_rng(0)
+    picture = rng.integers(0, 256, size=(8, 5, 3), dtype=np.uint8)
+    panel = rendering.render_panel([("", picture)], tile=64)  # 8 px -> 64: eight times
+    expected = np.kron(picture, np.ones((8, 8, 1), np.uint8))
+    assert panel.shape == (MARGIN + 64 + MARGIN, MARGIN + 40 + MARGIN, 3)
+    np.testing.assert_array_equal(panel[MARGIN:MARGIN + 64, MARGIN:MARGIN + 40], expected)
+
+
+def test_panel_tile_reduces_by_area():
+    rng = np.random.default_rng(1)
+    small = rng.integers(0, 256, size=(112, 56, 3), dtype=np.uint8)
+    large = np.kron(small, np.ones((4, 4, 1), np.uint8))  # 448 x 224: constant 4x4 blocks
+    panel = rendering.render_panel([("", large), ("", large)], tile=112)
+    assert panel.shape == (MARGIN + 112 + MARGIN, MARGIN + 56 + GAP + 56 + MARGIN, 3)
+    np.testing.assert_array_equal(panel[MARGIN:MARGIN + 112, MARGIN:MARGIN + 56], small)
+    np.testing.assert_array_equal(panel[MARGIN:MARGIN + 112, -MARGIN - 56:-MARGIN], small)
+
+
+def test_panel_tile_is_the_longer_side_of_the_widest_picture():
+    pictures = [("a", np.zeros((100, 50), np.uint8)), ("b", np.zeros((100, 200), np.uint8))]
+    panel = rendering.render_panel(pictures, tile=256)  # factor 256 / 200
+    assert panel.shape[1] == MARGIN + 64 + GAP + 256 + MARGIN
+
+
+def test_panel_colorbar_shows_the_scale_under_its_picture():
+    colors = np.stack([np.arange(256), 255 - np.arange(256), np.full(256, 7)], 1).astype(np.uint8)
+    scale = rendering.Scale(colors, ("0", "1.5 (p99)"))
+    picture = np.full((64, 64, 3), 30, np.uint8)
+    panel = rendering.render_panel([("x", picture, scale), ("y", picture)], tile=None)
+    plain = rendering.render_panel([("x", picture), ("y", picture)], tile=None)
+    top = _picture_top(panel, picture, MARGIN)
+    assert panel.shape[0] > plain.shape[0]  # room for the bar and its labels
+    bar_rows = [row for row in range(top + 64, panel.shape[0])
+                if np.array_equal(panel[row, MARGIN + 1, :], colors[(1 * 256) // 64])]
+    assert bar_rows, "no colorbar under the first picture"
+    row = panel[bar_rows[len(bar_rows) // 2], MARGIN + 1:MARGIN + 63]  # inside the frame
+    np.testing.assert_array_equal(row, colors[(np.arange(1, 63) * 256) // 64])
+    labels = panel[bar_rows[-1] + 2:, MARGIN:MARGIN + 64]
+    assert _has_ink(labels)
+    # The second column has no scale: nothing under its picture.
+    second = MARGIN + 64 + GAP
+    assert np.all(panel[top + 64:, second:second + 64] == 255)
+
+
+def test_panel_long_title_wraps_inside_its_column():
+    short = rendering.render_panel(_columns(titles=("a", "bb", "c")), tile=64)
+    wrapped = rendering.render_panel(
+        _columns(titles=("integrated gradients and more words", "bb", "c")), tile=64)
+    assert wrapped.shape[0] > short.shape[0]  # more lines, not a cut title
+    assert wrapped.shape[1] == short.shape[1]
+    gap = MARGIN + round(20 * 64 / 30)  # the first column's right edge
+    assert np.all(wrapped[:, gap:gap + GAP] == 255)  # no text crosses into the gap
+
+
+def test_panel_wrap_breaks_long_words_and_ends_in_an_ellipsis():
+    font = panel_module._font(14)
+    lines = panel_module._wrap("integrated-gradients", 60, 14)
+    assert "".join(lines) == "integrated-gradients" and len(lines) > 1
+    assert all(font.getlength(line) <= 60 for line in lines)
+    many = panel_module._wrap(" ".join(["word"] * 40), 60, 14)
+    assert len(many) == 3 and many[-1].endswith("...")
 
 
 def test_panel_text_is_deterministic_and_sanitised():
@@ -372,6 +442,12 @@ def test_panel_text_is_deterministic_and_sanitised():
         rendering.render_panel(_columns(), caption="cat \U0001F408\nx"),
         rendering.render_panel(_columns(), caption="cat ? x"))
     assert not np.array_equal(first, rendering.render_panel(_columns(), caption="tiger"))
+
+
+def test_panel_text_is_a_truetype_font():
+    font = panel_module._font(14)
+    assert isinstance(font, ImageFont.FreeTypeFont)
+    assert panel_module._line_height(14) >= 14  # Pillow's old bitmap font was 11 px
 
 
 def test_panel_validation():
@@ -390,6 +466,36 @@ def test_panel_validation():
         rendering.render_panel([(1, np.zeros((6, 4), np.uint8))])
     with pytest.raises(TypeError, match="caption"):
         rendering.render_panel(_columns(), caption=3)
+    with pytest.raises(ValueError, match="tile must be an integer of at least 64.*32"):
+        rendering.render_panel(_columns(), tile=32)
+    with pytest.raises(TypeError, match="scale must be a Scale"):
+        rendering.render_panel([("a", np.zeros((6, 4), np.uint8), "0..1")])
+    with pytest.raises(ValueError, match=r"uint8 of shape \(256, 3\)"):
+        rendering.Scale(np.zeros((10, 3), np.uint8), ("0", "1"))
+
+
+def test_render_column_scales_name_the_values_shown():
+    rng = np.random.default_rng(5)
+    saliency = rng.normal(size=(16, 16, 3)).astype(np.float32)
+    color = rendering.render_column("color", saliency)
+    np.testing.assert_array_equal(color.picture, rendering.render_color(saliency))
+    mean, std = saliency.astype(np.float64).mean(), saliency.astype(np.float64).std()
+    # Black is mean - 5 std, white mean + 5 std (one std is 0.1 of the range).
+    assert color.scale.labels == tuple(f"{v:.3g}" for v in (mean - 5 * std, mean, mean + 5 * std))
+    np.testing.assert_array_equal(color.scale.colors[:, 0], np.arange(256))
+    gray = rendering.render_column("gray", saliency, clip=90.0)
+    ceiling = np.percentile(np.abs(saliency).max(axis=2), 90.0)
+    assert gray.scale.labels == ("0", f"{ceiling:.3g} (p90)")
+    np.testing.assert_array_equal(gray.picture[..., 1], rendering.render_gray(saliency, 90.0))
+    image = rng.integers(0, 256, size=(16, 16, 3), dtype=np.uint8)
+    overlay = rendering.render_column("overlay", saliency, image, title="guided", cmap="viridis")
+    assert overlay.title == "guided"
+    np.testing.assert_array_equal(overlay.scale.colors, rendering.colormap_lut("viridis"))
+    np.testing.assert_array_equal(overlay.picture,
+                                  rendering.render_overlay(saliency, image, cmap="viridis"))
+    with pytest.raises(ValueError, match="has no column"):
+        rendering.render_column("panel", saliency)
+
 
 
 # -------------------------------------------------------------------- render
@@ -407,11 +513,16 @@ def test_render_by_name():
     np.testing.assert_array_equal(rendering.render("overlay", saliency, image, alpha=0.3,
                                                    cmap="turbo"),
                                   rendering.render_overlay(saliency, image, 0.3, "turbo"))
-    with_image = rendering.render("panel", saliency, image, caption="x")
-    assert with_image.shape == (ROW + 8 + ROW, 4 * 10 + 3 * 4, 3)
-    np.testing.assert_array_equal(with_image[ROW:ROW + 8, 0:10], image)
-    np.testing.assert_array_equal(with_image[ROW:ROW + 8, 14:24], rendering.render_color(saliency))
-    assert rendering.render("panel", saliency).shape == (8 + ROW, 2 * 10 + 4, 3)
+    with_image = rendering.render("panel", saliency, image, caption="x", tile=None)
+    assert with_image.shape[1] == 2 * MARGIN + 4 * 10 + 3 * GAP
+    top = _picture_top(with_image, image, MARGIN)
+    np.testing.assert_array_equal(with_image[top:top + 8, MARGIN + 10 + GAP:MARGIN + 20 + GAP],
+                                  rendering.render_color(saliency))
+    # Tiled by default: 10 px wide -> 224, nearest-neighbour (factor 22.4).
+    tiled = rendering.render("panel", saliency, image, caption="x")
+    assert tiled.shape[1] == 2 * MARGIN + 4 * 224 + 3 * GAP
+    without_image = rendering.render("panel", saliency, tile=None)
+    assert without_image.shape[1] == 2 * MARGIN + 2 * 10 + GAP
 
 
 def test_render_errors():
@@ -420,10 +531,6 @@ def test_render_errors():
         rendering.render("overlay", saliency)
     with pytest.raises(ValueError, match=r"'sparkle'.*color, gray, heatmap, overlay, panel"):
         rendering.render("sparkle", saliency)
-
-
-def test_text_row_height_is_what_the_tests_assume():
-    assert panel_module._text_row_height() == ROW
 
 
 def test_render_room_never_imports_tensorflow():

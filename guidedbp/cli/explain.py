@@ -28,7 +28,7 @@ from guidedbp.cli.common import (
 from guidedbp.engine.methods import REGISTRY
 from guidedbp.engine.options import BASELINES, UPSAMPLING
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, RunOptions
-from guidedbp.render import COLORMAPS, RENDERS
+from guidedbp.render import COLORMAPS, MIN_TILE, RENDERS
 from guidedbp.render.options import OUTPUT_SIZES
 
 #: --help's option groups, by parameter name.
@@ -36,7 +36,7 @@ OPTION_GROUPS = [
     ("Methods", ["methods", "layer", "upsample", "smooth", "noise", "seed", "steps",
                  "baseline"]),
     ("Classes", ["classes", "top_k"]),
-    ("Rendering", ["renders", "output_size", "cmap", "clip", "alpha"]),
+    ("Rendering", ["renders", "output_size", "cmap", "clip", "alpha", "tile"]),
     ("Inputs and model", ["recursive", "size", "resize", "signature", "input_key", "output_key",
                           "weights", "unsafe_deserialization", "custom_objects", "preprocess",
                           "labels"]),
@@ -115,6 +115,9 @@ file it did not write.""")
               help="Magnitude percentile shown as full intensity.")
 @field_option("alpha", "--alpha", type=click.FloatRange(0, 1),
               help="Heatmap weight in the overlay.")
+@field_option("tile", "--tile", type=click.IntRange(min=MIN_TILE), metavar="PX",
+              help="Panels: pixels on the longer side of each picture (small images are "
+                   "enlarged, nearest-neighbour; large ones reduced).")
 @batch_size_option
 @field_option("skip_existing", "--skip-existing", is_flag=True,
               help="Resume: an input whose record in OUT's manifest and whose outputs are "

@@ -26,7 +26,7 @@ from guidedbp.models.preprocess import draft_side, resize_picture
 from guidedbp.models.preprocess import prepare as fit_and_preprocess
 from guidedbp.pipeline.naming import Naming, label_of
 from guidedbp.pipeline.options import RunOptions
-from guidedbp.render import render, render_panel
+from guidedbp.render import Column, render, render_column, render_panel
 
 
 @dataclass(frozen=True)
@@ -330,15 +330,15 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
         label = label_of(entry.target, labels)
         named_class = f"{label} (class {entry.target})" if label else f"class {entry.target}"
         caption = f"{named_class} p={entry.probability:.3f}"
-        if len(options.methods) == 1:  # a comparison panel captions its columns instead
-            caption += f" {options.methods[0]}"
+        if len(options.methods) == 1:  # a comparison panel titles its columns instead
+            caption = f"{options.methods[0]}: {caption}"
         for key, relative in outputs.items():
             if key == "panel" and len(shown) > 1:
-                array = comparison_panel(shown, picture, caption, style)
+                array = comparison_panel(shown, picture, caption, style, options.render.tile)
             else:
                 name_of_method, _, name = key.rpartition(".")
                 array = render(name, shown[name_of_method or options.methods[0]], picture,
-                               caption=caption, **style)
+                               caption=caption, **options.render.panel_style)
             save_png(os.path.join(plan.output, relative), array)
         for name_of_method, relative in naming.raw_items(raw):
             save_npy(os.path.join(plan.output, relative),
@@ -385,17 +385,18 @@ def _check_target(plan: Plan, relative: str, pictures) -> None:
                   "overwrite it")
 
 
-def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict) -> np.ndarray:
-    """The original, then one captioned column per method.
+def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict,
+                     tile: int | None) -> np.ndarray:
+    """The original, then one titled column per method, each with its colorbar.
 
     Signed maps (gradients) show as the signed ``color`` render; a non-negative
     coarse map (Grad-CAM) as its ``overlay`` on the picture.
     """
-    columns = [("original", picture)]
+    columns = [Column("original", picture)]
     for name, saliency in maps.items():
         drawn = "color" if method(name).signed else "overlay"
-        columns.append((name, render(drawn, saliency, picture, **style)))
-    return render_panel(columns, caption=caption)
+        columns.append(render_column(drawn, saliency, picture, title=name, **style))
+    return render_panel(columns, caption=caption, tile=tile)
 
 
 def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict]) -> dict:

@@ -31,11 +31,20 @@ from guidedbp.render.maps import (
     magnitude,
     render,
     render_color,
+    render_column,
     render_gray,
     render_heatmap,
     render_overlay,
 )
-from guidedbp.render.panel import PANEL_GAP, render_panel
+from guidedbp.render.panel import (
+    DEFAULT_TILE,
+    MIN_TILE,
+    PANEL_GAP,
+    PANEL_MARGIN,
+    Column,
+    Scale,
+    render_panel,
+)
 
 __all__ = [
     "COLORMAPS",
@@ -43,7 +52,12 @@ __all__ = [
     "DEFAULT_CLIP",
     "DEFAULT_COLORMAP",
     "DEFAULT_RENDERS",
+    "DEFAULT_TILE",
+    "MIN_TILE",
     "PANEL_GAP",
+    "PANEL_MARGIN",
+    "Column",
+    "Scale",
     "RENDERS",
     "apply_colormap",
     "colormap_lut",
@@ -52,6 +66,7 @@ __all__ = [
     "render",
     "render_color",
     "render_gray",
+    "render_column",
     "render_heatmap",
     "render_overlay",
     "render_panel",

@@ -53,7 +53,7 @@ import math
 import numpy as np
 
 from guidedbp.render.colormaps import DEFAULT_COLORMAP, colormap_lut
-from guidedbp.render.panel import _as_rgb, render_panel
+from guidedbp.render.panel import DEFAULT_TILE, Column, Scale, _as_rgb, render_panel
 
 __all__ = [
     "STRIP_VALUES",
@@ -67,6 +67,7 @@ __all__ = [
     "render_gray",
     "render_heatmap",
     "render_overlay",
+    "render_column",
 ]
 
 #: Every render name, in the order the CLI lists them.
@@ -167,6 +168,11 @@ def _magnitude(values: np.ndarray, dtype) -> np.ndarray:
 def _gray_levels(saliency: np.ndarray, clip: float) -> np.ndarray:
     """``floor(m * 255 + 0.5)`` of the magnitude ``m`` divided by its ``clip`` percentile
     and clipped to [0, 1], as uint8 (H, W)."""
+    return _gray_and_ceiling(saliency, clip)[0]
+
+
+def _gray_and_ceiling(saliency: np.ndarray, clip: float) -> tuple[np.ndarray, float]:
+    """:func:`_gray_levels` and the magnitude shown as white (0.0 for an all-zero map)."""
     clip = _check_clip(clip)
     values = _check_saliency(saliency)
     # Kept exact: float32 holds the magnitude of float32 (and smaller) maps exactly.
@@ -183,7 +189,7 @@ def _gray_levels(saliency: np.ndarray, clip: float) -> np.ndarray:
         for rows in _strips(magnitudes.shape):
             gray[rows] = _to_uint8(np.clip(magnitudes[rows].astype(np.float64) / ceiling,
                                            0.0, 1.0))
-    return gray
+    return gray, max(ceiling, 0.0)
 
 
 def _mean_std(values: np.ndarray, strips: list[slice]) -> tuple[float, float]:
@@ -227,6 +233,12 @@ def render_color(saliency: np.ndarray) -> np.ndarray:
     >>> render_color(np.array([[[1.0], [-1.0]]])).reshape(2, 3).tolist()
     [[153, 153, 153], [102, 102, 102]]
     """
+    return _color_and_range(saliency)[0]
+
+
+def _color_and_range(saliency: np.ndarray) -> tuple[np.ndarray, tuple[float, float, float]]:
+    """:func:`render_color` and the values shown as black, mid-gray and white: the mean
+    minus, plus and plus five standard deviations (a constant map: its value thrice)."""
     values = _check_saliency(saliency)
     strips = _strips(values.shape)
     rgb = np.empty((*values.shape[:2], 3), dtype=np.uint8)
@@ -234,14 +246,16 @@ def render_color(saliency: np.ndarray) -> np.ndarray:
         # A constant map has no contrast; without this a float rounding residue in
         # x - mean would be divided by a ~0 std and blow up to black or white.
         rgb[...] = _to_uint8(np.float64(0.5))
-        return rgb
+        value = float(values.flat[0])
+        return rgb, (value, value, value)
     mean, std = _mean_std(values, strips)
     for rows in strips:
         scaled = (values[rows].astype(np.float64) - mean) / (std + _STD_EPSILON)
         scaled *= _COLOR_SCALE
         scaled += 0.5
         rgb[rows] = _to_uint8(np.clip(scaled, 0.0, 1.0))  # one channel is broadcast to three
-    return rgb
+    reach = 0.5 / _COLOR_SCALE * (std + _STD_EPSILON)  # from mid-gray to white
+    return rgb, (mean - reach, mean, mean + reach)
 
 
 def render_gray(saliency: np.ndarray, clip: float = DEFAULT_CLIP) -> np.ndarray:
@@ -349,11 +363,14 @@ def render(
     clip: float = DEFAULT_CLIP,
     alpha: float = DEFAULT_ALPHA,
     caption: str | None = None,
+    tile: int | None = DEFAULT_TILE,
 ) -> np.ndarray:
     """Make one of :data:`RENDERS` by name.
 
     ``panel`` shows ``original`` (when ``image`` is given), ``color``, ``gray``
-    and ``overlay`` (when ``image`` is given) side by side, with ``caption`` above.
+    and ``overlay`` (when ``image`` is given) side by side in tiles of ``tile`` pixels,
+    with ``caption`` above and a colorbar under each map
+    (:func:`~guidedbp.render.render_panel`).
 
     Args:
         name: One of :data:`RENDERS`.
@@ -363,7 +380,8 @@ def render(
         cmap: Colormap for ``heatmap``, ``overlay`` and ``panel``.
         clip: Magnitude percentile for ``gray``, ``heatmap``, ``overlay``, ``panel``.
         alpha: Heatmap weight for ``overlay`` and ``panel``.
-        caption: Caption line for ``panel``; ignored otherwise.
+        caption: Caption for ``panel``; ignored otherwise.
+        tile: Tile size for ``panel`` (``None``: the map's own size); ignored otherwise.
 
     Returns:
         The render, ``uint8`` ``(H, W)`` for ``gray`` and RGB otherwise.
@@ -388,12 +406,67 @@ def render(
     if name == "panel":
         if image is not None:  # reduced once, if it is larger than the map
             image = _as_rgb(image, "image", np.shape(saliency)[:2])
-        columns = [("original", image)] if image is not None else []
-        columns += [
-            ("color", render_color(saliency)),
-            ("gray", render_gray(saliency, clip=clip)),
-        ]
-        if image is not None:
-            columns.append(("overlay", render_overlay(saliency, image, alpha, cmap, clip)))
-        return render_panel(columns, caption=caption)
+        columns = [Column("original", image)] if image is not None else []
+        columns += [render_column(name, saliency, image, cmap=cmap, clip=clip, alpha=alpha)
+                    for name in ("color", "gray", "overlay") if image is not None or
+                    name != "overlay"]
+        return render_panel(columns, caption=caption, tile=tile)
     raise ValueError(f"unknown render {name!r}; expected one of: {', '.join(RENDERS)}")
+
+
+def render_column(
+    name: str,
+    saliency: np.ndarray,
+    image: np.ndarray | None = None,
+    *,
+    title: str | None = None,
+    cmap: str = DEFAULT_COLORMAP,
+    clip: float = DEFAULT_CLIP,
+    alpha: float = DEFAULT_ALPHA,
+) -> Column:
+    """One render as a panel :class:`~guidedbp.render.panel.Column`, with its scale.
+
+    The scale says which values the colours stand for: for ``color``, a gray ramp from
+    the mean minus five standard deviations (black) through the mean (mid-gray) to the
+    mean plus five (white); for ``gray``, ``heatmap`` and ``overlay``, the ramp or
+    colormap from 0 to the ``clip`` percentile of the magnitude (and above).
+
+    Args:
+        name: One of :data:`RENDERS` except ``panel``.
+        saliency, image, cmap, clip, alpha: As for :func:`render`.
+        title: The column's title; default ``name``.
+
+    Returns:
+        A :class:`~guidedbp.render.panel.Column` whose picture is ``render(name, ...)``
+        as RGB.
+
+    >>> column = render_column("gray", np.array([[[0.0], [4.0]]]), clip=100.0)
+    >>> column.picture[0, :, 0].tolist(), column.scale.labels
+    ([0, 255], ('0', '4 (p100)'))
+    """
+    title = name if title is None else title
+    if name == "color":
+        picture, (low, mean, high) = _color_and_range(saliency)
+        ramp = np.repeat(np.arange(256, dtype=np.uint8)[:, np.newaxis], 3, axis=1)
+        return Column(title, picture, Scale(ramp, (_number(low), _number(mean), _number(high))))
+    if name not in ("gray", "heatmap", "overlay"):
+        raise ValueError(f"render {name!r} has no column; expected one of: color, gray, "
+                         "heatmap, overlay")
+    gray, ceiling = _gray_and_ceiling(saliency, clip)
+    labels = ("0", f"{_number(ceiling)} (p{_number(_check_clip(clip))})")
+    if name == "gray":
+        ramp = np.repeat(np.arange(256, dtype=np.uint8)[:, np.newaxis], 3, axis=1)
+        return Column(title, np.repeat(gray[:, :, np.newaxis], 3, axis=2), Scale(ramp, labels))
+    table = colormap_lut(cmap)
+    if name == "heatmap":
+        return Column(title, table[gray], Scale(table, labels))
+    if image is None:
+        raise ValueError("render 'overlay' needs the original image, got image=None")
+    return Column(title, render_overlay(saliency, image, alpha=alpha, cmap=cmap, clip=clip),
+                  Scale(table, labels))
+
+
+def _number(value: float) -> str:
+    """A tick label: three significant digits, no trailing zeros, no ``-0``."""
+    text = f"{value:.3g}"
+    return "0" if text in ("0", "-0") else text

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from guidedbp.errors import ArgumentError
 from guidedbp.render.colormaps import COLORMAPS, DEFAULT_COLORMAP
 from guidedbp.render.maps import DEFAULT_ALPHA, DEFAULT_CLIP, DEFAULT_RENDERS, RENDERS
+from guidedbp.render.panel import DEFAULT_TILE, MIN_TILE
 
 #: Where maps are drawn: at the image's own size, or at the model's input size.
 OUTPUT_SIZES = ("original", "model")
@@ -27,6 +28,8 @@ class RenderOptions:
         clip: Magnitude percentile shown as full intensity, in (0, 100].
         alpha: Heatmap weight in the overlay, in [0, 1].
         output_size: ``"original"`` (the image's size) or ``"model"`` (its input size).
+        tile: Pixels on the longer side of each picture in a panel (small pictures are
+            enlarged, nearest-neighbour; large ones reduced).
     """
 
     renders: tuple[str, ...] = DEFAULT_RENDERS
@@ -34,6 +37,7 @@ class RenderOptions:
     clip: float = DEFAULT_CLIP
     alpha: float = DEFAULT_ALPHA
     output_size: str = "original"
+    tile: int = DEFAULT_TILE
 
     def __post_init__(self):
         if isinstance(self.renders, str):
@@ -55,8 +59,17 @@ class RenderOptions:
         if self.output_size not in OUTPUT_SIZES:
             raise ArgumentError(
                 f"output_size={self.output_size!r} is not one of {', '.join(OUTPUT_SIZES)}")
+        if isinstance(self.tile, bool) or not isinstance(self.tile, int) \
+                or self.tile < MIN_TILE:
+            raise ArgumentError(f"tile={self.tile!r} must be a whole number of pixels, at least "
+                                f"{MIN_TILE}")
 
     @property
     def style(self) -> dict:
         """The keyword arguments :func:`~guidedbp.render.render` takes for the look."""
         return {"cmap": self.cmap, "clip": self.clip, "alpha": self.alpha}
+
+    @property
+    def panel_style(self) -> dict:
+        """:attr:`style` with the panels' tile size."""
+        return {**self.style, "tile": self.tile}

@@ -1,32 +1,82 @@
-"""Lay pictures side by side with titles: one RGB image per explanation.
+"""Lay pictures side by side in readable tiles: one RGB image per explanation.
 
-Pure numpy and Pillow. Text uses Pillow's built-in bitmap font, so a panel has
-the same pixels on every machine (no font files, no FreeType, no network).
+Pure numpy and Pillow. Every picture is scaled to a tile (:data:`DEFAULT_TILE` px on
+its longer side: a small picture is enlarged with nearest-neighbour, so its pixels stay
+sharp squares; a large one is reduced by area averaging). Text is set in the TrueType
+font Pillow ships (Aileron Regular), wrapped rather than cut, and a map that has a
+scale gets a colorbar with its values underneath. The same input gives the same bytes
+on every run.
 
 >>> import numpy as np
 >>> from guidedbp.render import PANEL_GAP, render_panel
->>> panel = render_panel([("a", np.zeros((8, 5), np.uint8)), ("b", np.zeros((8, 7), np.uint8))])
->>> panel.shape[1] == 5 + PANEL_GAP + 7
+>>> panel = render_panel([("a", np.zeros((8, 5), np.uint8)), ("b", np.zeros((8, 7), np.uint8))],
+...                      tile=None)
+>>> panel.shape[1] == 2 * PANEL_MARGIN + 5 + PANEL_GAP + 7
 True
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-__all__ = ["PANEL_GAP", "render_panel"]
+__all__ = ["DEFAULT_TILE", "PANEL_GAP", "PANEL_MARGIN", "Column", "Scale", "render_panel"]
 
+#: Pixels on the longer side of each picture in a panel.
+DEFAULT_TILE = 224
+#: The smallest tile a panel accepts (text needs room under each picture).
+MIN_TILE = 64
 #: White pixels between two panel columns.
-PANEL_GAP = 4
+PANEL_GAP = 8
+#: White pixels around the whole panel.
+PANEL_MARGIN = 8
 
-_TEXT_PAD = 2  # pixels above and below a line of panel text
+_CAPTION_SIZE = 16  # font sizes, in pixels
+_TITLE_SIZE = 14
+_TICK_SIZE = 12
+_LINE_GAP = 2  # pixels between two lines of text
+_BAR_HEIGHT = 10
+_BAR_GAP = 4  # between a picture and its colorbar, and the bar and its labels
+_MAX_LINES = 3  # a caption or title longer than this many lines ends in "..."
 _WHITE = (255, 255, 255)
 _BLACK = (0, 0, 0)
+_BAR_EDGE = (96, 96, 96)
+_TICK_SPACE = 8  # the least room between two tick labels
+
+
+@dataclass(frozen=True)
+class Scale:
+    """What the colours of a rendered map mean: drawn as a colorbar under it.
+
+    Attributes:
+        colors: ``uint8`` ``(256, 3)``: entry 0 is the left end of the bar.
+        labels: Tick labels spread evenly along the bar, first at the left end, last at
+            the right (e.g. ``("0", "0.012 (p99)")``).
+    """
+
+    colors: np.ndarray
+    labels: tuple[str, ...]
+
+    def __post_init__(self):
+        colors = np.asarray(self.colors)
+        if colors.shape != (256, 3) or colors.dtype != np.uint8:
+            raise ValueError(f"scale colors must be uint8 of shape (256, 3), got "
+                             f"{colors.dtype} {colors.shape}")
+        if not all(isinstance(label, str) for label in self.labels):
+            raise TypeError("scale labels must be strings")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One picture of a panel: its title, its pixels and, for a map, its scale."""
+
+    title: str
+    picture: np.ndarray
+    scale: Scale | None = None
 
 
 def _as_rgb(image: np.ndarray, what: str, size: tuple[int, int] | None = None) -> np.ndarray:
@@ -50,14 +100,19 @@ def _as_rgb(image: np.ndarray, what: str, size: tuple[int, int] | None = None) -
     if size is not None and _scales_down_to(array.shape[:2], size):
         # Before grey is made RGB, channel by channel (Pillow would hold an RGB picture
         # at 4 bytes a pixel; each band is resampled alike either way).
-        reduced = np.empty((size[0], size[1], array.shape[2]), dtype=np.uint8)
-        for channel in range(array.shape[2]):
-            plane = Image.fromarray(np.ascontiguousarray(array[:, :, channel]))
-            reduced[:, :, channel] = plane.resize((size[1], size[0]), Image.Resampling.BILINEAR)
-        array = reduced
+        array = _resized(array, size, Image.Resampling.BILINEAR)
     if array.shape[2] == 1:
         array = np.repeat(array, 3, axis=2)
     return array
+
+
+def _resized(array: np.ndarray, size: tuple[int, int], method) -> np.ndarray:
+    """``array`` (H, W, C) uint8 resized to ``size`` (H, W), one channel at a time."""
+    resized = np.empty((size[0], size[1], array.shape[2]), dtype=np.uint8)
+    for channel in range(array.shape[2]):
+        plane = Image.fromarray(np.ascontiguousarray(array[:, :, channel]))
+        resized[:, :, channel] = plane.resize((size[1], size[0]), method)
+    return resized
 
 
 def _scales_down_to(picture: tuple[int, int], size: tuple[int, int]) -> bool:
@@ -69,108 +124,202 @@ def _scales_down_to(picture: tuple[int, int], size: tuple[int, int]) -> bool:
     return scaled == tuple(size)
 
 
-@functools.lru_cache(maxsize=1)
-def _font() -> ImageFont.ImageFont:
-    # Pillow's built-in bitmap font: no FreeType, no files, no network, so the
-    # same text gives the same pixels on every machine. (load_default() returns
-    # a FreeType font from Pillow 10.1 on, whose pixels depend on the FreeType
-    # build.) Before 10.1 load_default() is this same bitmap font.
-    loader = getattr(ImageFont, "load_default_imagefont", None)
-    return loader() if loader is not None else ImageFont.load_default()
+def _to_tile(picture: np.ndarray, factor: float) -> np.ndarray:
+    """``picture`` scaled by ``factor``: nearest-neighbour up, area average down."""
+    if factor == 1.0:
+        return picture
+    size = (max(1, round(picture.shape[0] * factor)), max(1, round(picture.shape[1] * factor)))
+    method = Image.Resampling.NEAREST if factor > 1 else Image.Resampling.BOX
+    return _resized(picture, size, method)
 
 
-def _text_row_height() -> int:
-    return int(_font().getbbox("Agjpqy|")[3]) + 2 * _TEXT_PAD
+@functools.lru_cache(maxsize=8)
+def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    # The TrueType font Pillow carries inside itself (Pillow >= 10.1, with FreeType):
+    # no font file on the machine is read, so a panel looks the same everywhere the
+    # same Pillow runs.
+    return ImageFont.load_default(size=size)
+
+
+def _line_height(size: int) -> int:
+    return int(_font(size).getbbox("Agjpqy|")[3])
 
 
 def _printable(text: str) -> str:
-    # The bitmap font covers Latin-1 only; other characters become '?' and
-    # control characters (newlines included) become spaces, keeping one line.
+    # Control characters (newlines included) become spaces; characters outside
+    # Latin-1, which the font may lack, become '?'.
     text = "".join(ch if ch.isprintable() else " " for ch in text)
     return text.encode("latin-1", "replace").decode("latin-1")
 
 
-def _fit(text: str, width: int) -> str:
-    """Shorten ``text`` with a trailing '...' until it fits in ``width`` pixels."""
-    font = _font()
-    if font.getlength(text) <= width:
-        return text
-    while text and font.getlength(text + "...") > width:
-        text = text[:-1]
-    return text + "..." if font.getlength(text + "...") <= width else ""
+def _wrap(text: str, width: int, size: int) -> list[str]:
+    """``text`` broken into lines of at most ``width`` pixels: at spaces, and inside a
+    word only when the word alone is wider; at most :data:`_MAX_LINES`, the last one
+    ending in "..." when text is left over."""
+    font = _font(size)
+    fits = lambda line: font.getlength(line) <= width  # noqa: E731
+    lines: list[str] = []
+    for word in _printable(text).split():
+        candidate = f"{lines[-1]} {word}" if lines else word
+        if lines and fits(candidate):
+            lines[-1] = candidate
+            continue
+        while word:  # a new line; a word wider than the column is cut into pieces
+            cut = len(word)
+            while cut > 1 and not fits(word[:cut]):
+                cut -= 1
+            lines.append(word[:cut])
+            word = word[cut:]
+    if len(lines) > _MAX_LINES:
+        last = lines[_MAX_LINES - 1]
+        while last and not fits(last + "..."):
+            last = last[:-1]
+        lines = lines[:_MAX_LINES - 1] + [last + "..."]
+    return lines
 
 
-def _text_cell(text: str, width: int) -> Image.Image:
-    """One row of centred black text on white, exactly ``width`` pixels wide."""
-    cell = Image.new("RGB", (width, _text_row_height()), _WHITE)
-    text = _fit(_printable(text), width)
-    if text:
-        left = (width - math.ceil(_font().getlength(text))) // 2
-        ImageDraw.Draw(cell).text((left, _TEXT_PAD), text, fill=_BLACK, font=_font())
-    return cell
+def _draw_lines(canvas: Image.Image, lines: list[str], left: int, top: int, width: int,
+                size: int) -> None:
+    """Draw ``lines`` centred in ``[left, left + width)`` from ``top`` down."""
+    draw, font, step = ImageDraw.Draw(canvas), _font(size), _line_height(size) + _LINE_GAP
+    for number, line in enumerate(lines):
+        draw.text((left + width / 2, top + number * step), line, fill=_BLACK, font=font,
+                  anchor="ma")
+
+
+def _text_height(lines: int, size: int) -> int:
+    return 0 if lines == 0 else lines * (_line_height(size) + _LINE_GAP)
+
+
+def _bar_height() -> int:
+    return _BAR_GAP + _BAR_HEIGHT + _BAR_GAP + _line_height(_TICK_SIZE)
+
+
+def _draw_bar(canvas: Image.Image, scale: Scale, left: int, top: int, width: int) -> None:
+    """The colorbar of ``scale``, ``width`` pixels wide, its labels underneath."""
+    indices = (np.arange(width) * 256) // width
+    bar = np.repeat(np.asarray(scale.colors)[indices][np.newaxis], _BAR_HEIGHT, axis=0)
+    canvas.paste(Image.fromarray(bar), (left, top + _BAR_GAP))
+    draw = ImageDraw.Draw(canvas)
+    draw.rectangle((left, top + _BAR_GAP, left + width - 1, top + _BAR_GAP + _BAR_HEIGHT - 1),
+                   outline=_BAR_EDGE)
+    font = _font(_TICK_SIZE)
+    labels = [_printable(label) for label in scale.labels]
+    # Labels that would touch are dropped, the middle ones first, then the left end.
+    while len(labels) > 1 and sum(font.getlength(label) for label in labels) \
+            + _TICK_SPACE * (len(labels) - 1) > width:
+        del labels[len(labels) // 2 if len(labels) > 2 else 0]
+    count = len(labels)
+    y = top + 2 * _BAR_GAP + _BAR_HEIGHT
+    for number, label in enumerate(labels):
+        if count == 1:
+            x, anchor = left + width, "ra"
+        elif number == 0:
+            x, anchor = left, "la"
+        elif number == count - 1:
+            x, anchor = left + width, "ra"
+        else:
+            x, anchor = left + width * number / (count - 1), "ma"
+        draw.text((x, y), label, fill=_BLACK, font=font, anchor=anchor)
+
+
+def _columns_of(columns: Sequence) -> list[Column]:
+    prepared: list[Column] = []
+    for index, item in enumerate(columns):
+        if isinstance(item, Column):
+            title, picture, scale = item.title, item.picture, item.scale
+        elif isinstance(item, (tuple, list)) and len(item) in (2, 3):
+            title, picture, scale = (*item, None)[:3]
+        else:
+            raise ValueError(f"columns[{index}] must be a (title, picture) pair, got {item!r:.60}")
+        if not isinstance(title, str):
+            raise TypeError(f"columns[{index}] title must be a string, got {type(title).__name__}")
+        if scale is not None and not isinstance(scale, Scale):
+            raise TypeError(f"columns[{index}] scale must be a Scale or None, got "
+                            f"{type(scale).__name__}")
+        picture = _as_rgb(picture, f"columns[{index}] picture ({title!r})")
+        prepared.append(Column(title, picture, scale))
+    if not prepared:
+        raise ValueError("columns must hold at least one (title, picture) pair, got none")
+    heights = [column.picture.shape[0] for column in prepared]
+    if len(set(heights)) != 1:
+        raise ValueError(f"all panel pictures must have the same height, got heights {heights}")
+    return prepared
 
 
 def render_panel(
-    columns: Sequence[tuple[str, np.ndarray]], caption: str | None = None
+    columns: Sequence, caption: str | None = None, tile: int | None = DEFAULT_TILE
 ) -> np.ndarray:
-    """Lay pictures side by side on white, each titled underneath.
+    """Lay pictures side by side on white, each titled above and, with a scale, barred below.
 
-    Layout, top to bottom: the caption row (only if ``caption`` is non-empty),
-    the pictures separated by :data:`PANEL_GAP` white pixels, the title row
-    (only if some title is non-empty). Each text row is one line of Pillow's
-    built-in bitmap font plus 2 pixels above and below, centred and cut short
-    with "..." when it is wider than its column (titles) or the panel (caption).
+    Layout, top to bottom, inside a :data:`PANEL_MARGIN` white margin: the caption
+    (if non-empty, wrapped across the panel), the column titles (if any is non-empty,
+    each wrapped within its column), the pictures separated by :data:`PANEL_GAP` white
+    pixels, and (if any column has a :class:`Scale`) a colorbar under each such
+    picture with its tick labels. Text wraps at spaces (a word wider than its column is
+    broken) and is cut with "..." after three lines.
 
     Args:
-        columns: ``(title, picture)`` pairs, left to right; each picture is
-            ``uint8`` of shape ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)``, all of
-            the same ``H`` (widths may differ).
-        caption: Optional line above the pictures, e.g. ``"tabby (class 281) p=0.873"``.
+        columns: Left to right: :class:`Column` items or ``(title, picture)`` /
+            ``(title, picture, scale)`` tuples; each picture is ``uint8`` of shape
+            ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)``, all of the same ``H``.
+        caption: Optional text above, e.g. ``"tabby (class 281) p=0.873"``.
+        tile: Pixels on the longer side of the tiles: every picture is scaled by the
+            one factor ``tile / max(H, widest W)``, nearest-neighbour when enlarging and
+            area-averaging when reducing. ``None``: pictures as they are.
 
     Returns:
-        ``uint8`` array of shape ``(rows + H, sum(W) + PANEL_GAP * (n - 1), 3)``,
-        where ``rows`` is the height of the text rows present.
+        ``uint8`` array ``(height, width, 3)``; ``width`` is the scaled widths plus
+        the gaps and twice the margin.
 
     Raises:
-        ValueError: If ``columns`` is empty, an item is not a pair, a picture is
-            not ``uint8`` of a valid shape, or the heights differ.
-        TypeError: If a title or the caption is not a string.
+        ValueError: If ``columns`` is empty, an item is not a pair, a picture is not
+            ``uint8`` of a valid shape, the heights differ, or ``tile`` is below
+            :data:`MIN_TILE`.
+        TypeError: If a title or the caption is not a string, or a scale not a
+            :class:`Scale`.
 
-    >>> panel = render_panel([("a", np.zeros((8, 5), np.uint8)), ("b", np.zeros((8, 7), np.uint8))])
-    >>> panel.shape[1] == 5 + PANEL_GAP + 7
+    >>> panel = render_panel([("a", np.zeros((8, 5), np.uint8))], tile=64)
+    >>> panel.shape[1] == 2 * PANEL_MARGIN + 40  # 8x5 enlarged 8 times
     True
     """
     if caption is not None and not isinstance(caption, str):
         raise TypeError(f"caption must be a string or None, got {type(caption).__name__}")
-    prepared: list[tuple[str, np.ndarray]] = []
-    for index, item in enumerate(columns):
-        if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise ValueError(f"columns[{index}] must be a (title, picture) pair, got {item!r:.60}")
-        title, picture = item
-        if not isinstance(title, str):
-            raise TypeError(f"columns[{index}] title must be a string, got {type(title).__name__}")
-        prepared.append((title, _as_rgb(picture, f"columns[{index}] picture ({title!r})")))
-    if not prepared:
-        raise ValueError("columns must hold at least one (title, picture) pair, got none")
-    heights = [picture.shape[0] for _, picture in prepared]
-    if len(set(heights)) != 1:
-        raise ValueError(f"all panel pictures must have the same height, got heights {heights}")
+    if tile is not None and (isinstance(tile, bool) or not isinstance(tile, (int, np.integer))
+                             or tile < MIN_TILE):
+        raise ValueError(f"tile must be an integer of at least {MIN_TILE} pixels or None, "
+                         f"got {tile!r}")
+    prepared = _columns_of(columns)
+    if tile is not None:
+        longest = max(prepared[0].picture.shape[0],
+                      max(column.picture.shape[1] for column in prepared))
+        factor = tile / longest
+        prepared = [Column(c.title, _to_tile(c.picture, factor), c.scale) for c in prepared]
 
-    height = heights[0]
-    row = _text_row_height()
-    top = row if caption else 0
-    has_titles = any(title for title, _ in prepared)
-    width = sum(picture.shape[1] for _, picture in prepared) + PANEL_GAP * (len(prepared) - 1)
-    # Composed in numpy (pasting RGB onto RGB is a copy): one array of the panel's size,
-    # where a Pillow canvas would hold it twice over while it is turned into an array.
-    canvas = np.full((top + height + (row if has_titles else 0), width, 3), 255, np.uint8)
-    if caption:
-        canvas[:row] = np.asarray(_text_cell(caption, width))
-    left = 0
-    for title, picture in prepared:
-        right = left + picture.shape[1]
-        canvas[top:top + height, left:right] = picture
-        if has_titles:
-            canvas[top + height:, left:right] = np.asarray(_text_cell(title, picture.shape[1]))
-        left = right + PANEL_GAP
-    return canvas
+    widths = [column.picture.shape[1] for column in prepared]
+    inner = sum(widths) + PANEL_GAP * (len(prepared) - 1)
+    caption_lines = _wrap(caption, inner, _CAPTION_SIZE) if caption else []
+    titles = [_wrap(column.title, width, _TITLE_SIZE) for column, width in zip(prepared, widths)]
+    title_rows = max(len(lines) for lines in titles)
+    has_bars = any(column.scale is not None for column in prepared)
+
+    height = prepared[0].picture.shape[0]
+    caption_top = PANEL_MARGIN
+    titles_top = caption_top + _text_height(len(caption_lines), _CAPTION_SIZE) + (
+        _LINE_GAP * 2 if caption_lines else 0)
+    pictures_top = titles_top + _text_height(title_rows, _TITLE_SIZE)
+    bars_top = pictures_top + height
+    total = (bars_top + (_bar_height() if has_bars else 0) + PANEL_MARGIN,
+             inner + 2 * PANEL_MARGIN)
+
+    canvas = Image.new("RGB", (total[1], total[0]), _WHITE)
+    if caption_lines:
+        _draw_lines(canvas, caption_lines, PANEL_MARGIN, caption_top, inner, _CAPTION_SIZE)
+    left = PANEL_MARGIN
+    for column, lines, width in zip(prepared, titles, widths):
+        _draw_lines(canvas, lines, left, titles_top, width, _TITLE_SIZE)
+        canvas.paste(Image.fromarray(column.picture), (left, pictures_top))
+        if column.scale is not None:
+            _draw_bar(canvas, column.scale, left, bars_top, width)
+        left += width + PANEL_GAP
+    return np.asarray(canvas)

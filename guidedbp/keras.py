@@ -1,0 +1,326 @@
+"""Watch saliency maps change while a Keras model trains: a callback that logs them to
+TensorBoard (and, optionally, as PNG files) every few epochs.
+
+:class:`SaliencyCallback` explains a fixed set of images at the end of the chosen
+epochs and writes each method's map of each image as a TensorBoard image: the same
+pictures ``guidedbp`` writes as PNGs (:func:`guidedbp.render.render`). It traces the
+engine's function once, at the start of training, and reuses it: the traced function
+reads the model's variables by reference, so every epoch's maps come from that
+epoch's weights at the cost of one explain pass.
+
+The summaries are written with ``tf.summary.write`` in the format of TensorBoard's
+image plugin (``tensorboard/plugins/image/summary_v2.py``: a string tensor
+``[width, height, png]`` and plugin ``"images"`` metadata), so training does not need
+the ``tensorboard`` package installed; only viewing them does.
+
+A client of the engine, the renderer and the writer, like the CLI. Importing this
+module imports Keras and TensorFlow.
+
+>>> import numpy as np, keras
+>>> from guidedbp.keras import SaliencyCallback
+>>> model = keras.Sequential([
+...     keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, activation="relu"),
+...     keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3, activation="softmax")])
+>>> model.compile("adam", "sparse_categorical_crossentropy")
+>>> images = np.random.default_rng(0).normal(size=(4, 8, 8, 1)).astype("float32")
+>>> import tempfile; log_dir = tempfile.mkdtemp()
+>>> callback = SaliencyCallback(images[:2], "guided", log_dir=log_dir)
+>>> _ = model.fit(images, np.arange(4) % 3, epochs=2, verbose=0, callbacks=[callback])
+>>> callback.explainer.trace_count  # one trace for both epochs
+1
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
+
+from guidedbp.engine import methods as registry
+from guidedbp.engine.explainer import Explainer, Explanation
+from guidedbp.engine.options import MethodOptions
+from guidedbp.errors import ArgumentError
+from guidedbp.io.write import encode_png, save_png
+from guidedbp.render import DEFAULT_ALPHA, DEFAULT_CLIP, DEFAULT_COLORMAP, RENDERS
+from guidedbp.render import render as render_map
+from guidedbp.render.options import RenderOptions
+
+__all__ = ["DEFAULT_RUN", "IMAGE_PLUGIN", "SaliencyCallback"]
+
+#: The subfolder of ``log_dir`` the callback writes into: TensorBoard's run name.
+DEFAULT_RUN = "guidedbp"
+#: TensorBoard's image plugin name (``tensorboard/plugins/image/metadata.py``).
+IMAGE_PLUGIN = "images"
+
+
+class SaliencyCallback(keras.callbacks.Callback):
+    """Log saliency maps of fixed images to TensorBoard during ``model.fit``.
+
+    At the end of every ``every_n_epochs``-th epoch (epochs ``0, n, 2n, ...``, counted
+    from 0 as Keras passes them, the rule of ``keras.callbacks.TensorBoard``'s
+    ``histogram_freq``) the callback explains ``images`` with each method and writes
+    one TensorBoard image per method and image:
+
+    - tag ``<method>/image-<i>`` (``guided/image-00``, ``gradcam/image-01``, ...): the
+      Images tab groups the cards by method, one card per image, each with a step
+      slider over the epochs;
+    - tag ``picture/image-<i>``: the picture itself (when ``pictures`` is given),
+      once, at the first logged epoch;
+    - step: the epoch index, as ``keras.callbacks.TensorBoard`` logs its epoch
+      scalars, so with ``log_dir`` shared with that callback the maps line up with
+      the loss curves;
+    - run: the subfolder ``log_dir/<run>`` (``log_dir/guidedbp``), beside the
+      TensorBoard callback's ``train`` and ``validation`` runs.
+
+    The engine is built and traced once, at the start of training (so a bad class or
+    image shape fails before the first epoch, not after it), and reused by every
+    epoch and every later ``fit`` of the same model: the traced function reads the
+    model's current weights on each call.
+
+    Args:
+        images: The model's input, numeric ``(N, H, W, C)``: already preprocessed the
+            way the model takes it (for a model that rescales inside, raw pixels).
+        methods: A method name of :data:`guidedbp.METHODS`, a comma list, or a
+            sequence of names; they share one forward pass.
+        log_dir: TensorBoard's log folder; ``None`` writes PNGs only (then give
+            ``png_dir``).
+        every_n_epochs: Log at epochs ``e`` (0-based) with ``e % every_n_epochs == 0``.
+        classes: ``None`` to explain each image's top-1 class at that epoch, one
+            class index for every image, or one class index per image.
+        pictures: ``uint8`` ``(N, H, W, 3)``, ``(N, H, W, 1)`` or ``(N, H, W)``: the
+            images as pictures, for the ``overlay`` render and the ``picture`` tags.
+        render: One of :data:`guidedbp.render.RENDERS` for every method, or ``None``:
+            ``color`` for signed maps (gradients), ``overlay`` for non-negative maps
+            (Grad-CAM) when ``pictures`` is given, else ``heatmap``.
+        png_dir: Also save each logged picture as
+            ``png_dir/step-<epoch>/image-<i>.<method>.<render>.png`` (``step-0003``
+            holds epoch index 3, TensorBoard's step 3), atomically.
+        run: The subfolder of ``log_dir`` to write into; ``None`` writes into
+            ``log_dir`` itself.
+        cmap: Colormap of ``heatmap``, ``overlay`` and ``panel``.
+        clip: Magnitude percentile shown as full intensity.
+        alpha: Heatmap weight of the overlay.
+        batch_size: Images per forward/backward pass of the engine.
+        **options: The engine's method options by their flat names (``layer``,
+            ``smooth``, ``seed``, ``steps``, ...) and ``pixel_to_input``: see
+            :class:`guidedbp.engine.explainer.Explainer`.
+
+    Raises:
+        ValueError: (:class:`~guidedbp.errors.ArgumentError`) For a bad argument,
+            naming it; at the start of training, for a class out of range or images
+            the model cannot take.
+
+    Attributes:
+        explainer: The engine :class:`~guidedbp.engine.explainer.Explainer`, once
+            training has started (``explainer.trace_count`` counts its traces).
+        last: The :class:`~guidedbp.engine.explainer.Explanation` of the newest logged
+            epoch, or ``None``.
+
+    >>> SaliencyCallback(np.zeros((8, 8, 3)), "guided")
+    Traceback (most recent call last):
+    ...
+    guidedbp.errors.ArgumentError: images must have shape (N, H, W, C), got (8, 8, 3) \
+(add a batch axis: images[None])
+    """
+
+    def __init__(
+        self,
+        images,
+        methods: str | Sequence[str] = ("guided",),
+        log_dir: str | os.PathLike | None = "logs",
+        *,
+        every_n_epochs: int = 1,
+        classes: int | Sequence[int] | None = None,
+        pictures=None,
+        render: str | None = None,
+        png_dir: str | os.PathLike | None = None,
+        run: str | None = DEFAULT_RUN,
+        cmap: str = DEFAULT_COLORMAP,
+        clip: float = DEFAULT_CLIP,
+        alpha: float = DEFAULT_ALPHA,
+        batch_size: int | None = None,
+        **options,
+    ):
+        super().__init__()
+        self.images = _as_images(images)
+        count = len(self.images)
+        self.methods = registry.as_methods(methods)
+        if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, (int, np.integer)) \
+                or every_n_epochs < 1:
+            raise ArgumentError(f"every_n_epochs={every_n_epochs!r} must be an integer >= 1")
+        self.every_n_epochs = int(every_n_epochs)
+        self.classes = _as_classes(classes, count)
+        self.pictures = _as_pictures(pictures, self.images.shape)
+        if render is not None and render not in RENDERS:
+            raise ArgumentError(f"render={render!r} is not one of {', '.join(RENDERS)}")
+        if render == "overlay" and self.pictures is None:
+            raise ArgumentError("render='overlay' draws on the pictures: give pictures=")
+        self.renders = {name: render or _default_render(name, self.pictures is not None)
+                        for name in self.methods}
+        self.style = RenderOptions(cmap=cmap, clip=clip, alpha=alpha).style
+        if log_dir is None and png_dir is None:
+            raise ArgumentError("log_dir=None and png_dir=None: nothing to write")
+        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        if self.log_dir is not None and run:
+            self.log_dir = os.path.join(self.log_dir, run)
+        self.png_dir = None if png_dir is None else os.fspath(png_dir)
+        self._pixel_to_input = options.pop("pixel_to_input", None)
+        self._options = MethodOptions.of(None, batch_size=batch_size, **options)
+        self._index_width = max(2, len(str(count - 1)))
+        self.explainer: Explainer | None = None
+        self.last: Explanation | None = None
+        self._writer = None
+        self._pictures_logged = False
+
+    # -- Keras hooks ------------------------------------------------------------------------
+
+    def on_train_begin(self, logs=None) -> None:
+        if self.explainer is None or self.explainer.model is not self.model:
+            if keras.backend.backend() != "tensorflow":
+                raise ArgumentError(f"guidedbp needs Keras' tensorflow backend, got "
+                                    f"{keras.backend.backend()!r}")
+            self.explainer = Explainer(self.model, self.methods, options=self._options,
+                                       pixel_to_input=self._pixel_to_input)
+            # Trace now: a bad shape or class fails before the first epoch.
+            num_classes = self.explainer.report_for(self.images.shape[1:]).num_classes
+            if self.classes is not None and np.any(self.classes >= num_classes):
+                bad = int(self.classes[self.classes >= num_classes][0])
+                raise ArgumentError(f"classes: class {bad} is out of range: the model has "
+                                    f"{num_classes} classes (0..{num_classes - 1})")
+        if self.log_dir is not None and self._writer is None:
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+
+    def on_epoch_end(self, epoch: int, logs=None) -> None:
+        if epoch % self.every_n_epochs == 0:
+            self.log(epoch)
+
+    def on_train_end(self, logs=None) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    # -- logging ----------------------------------------------------------------------------
+
+    def log(self, step: int) -> Explanation:
+        """Explain the images with the model's current weights and write the pictures at
+        ``step`` (the hooks call it; call it yourself to log outside ``fit``, after
+        training has started once).
+
+        Returns:
+            The explanation the pictures were drawn from.
+        """
+        if self.explainer is None:
+            raise ArgumentError("the callback has no explainer yet: log() works once "
+                                "training has started (model.fit with this callback)")
+        explanation = self.explainer.explain(self.images, self.classes)
+        pictures = self.draw(explanation)
+        if self._writer is not None:
+            with self._writer.as_default():
+                if self.pictures is not None and not self._pictures_logged:
+                    for index, picture in enumerate(self.pictures):
+                        _write_image(f"picture/{self._image_name(index)}", picture, step,
+                                     "The picture explained, as given.")
+                    self._pictures_logged = True
+                for (name, index), picture in pictures.items():
+                    _write_image(f"{name}/{self._image_name(index)}", picture, step,
+                                 self._description(name))
+            self._writer.flush()
+        if self.png_dir is not None:
+            folder = os.path.join(self.png_dir, f"step-{step:04d}")
+            for (name, index), picture in pictures.items():
+                save_png(os.path.join(folder, f"{self._image_name(index)}.{name}."
+                                              f"{self.renders[name]}.png"), picture)
+        self.last = explanation
+        return explanation
+
+    def draw(self, explanation: Explanation) -> dict[tuple[str, int], np.ndarray]:
+        """The ``uint8`` picture of each method's map of each image, by ``(method, index)``:
+        :func:`guidedbp.render.render` with this callback's render and style."""
+        drawn = {}
+        for name in self.methods:
+            for index, saliency in enumerate(explanation.by_method[name]):
+                picture = None if self.pictures is None else self.pictures[index]
+                drawn[name, index] = render_map(self.renders[name], saliency, picture,
+                                                **self.style)
+        return drawn
+
+    def _image_name(self, index: int) -> str:
+        return f"image-{index:0{self._index_width}d}"
+
+    def _description(self, name: str) -> str:
+        record = registry.method(name)
+        which = "each image's top-1 class at that epoch" if self.classes is None else \
+            "the given class"
+        return (f"{record.title} ({record.paper}) of {which}, drawn as "
+                f"'{self.renders[name]}'. Step: the epoch index (0-based).")
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _default_render(name: str, has_pictures: bool) -> str:
+    if registry.method(name).signed:
+        return "color"
+    return "overlay" if has_pictures else "heatmap"
+
+
+def _write_image(tag: str, picture: np.ndarray, step: int, description: str) -> None:
+    """One picture as a TensorBoard image summary, the image plugin's format: a string
+    tensor ``[width, height, png]`` with plugin ``"images"`` metadata (its content, an
+    ``ImagePluginData`` with no field set, serialises to ``b""``)."""
+    height, width = picture.shape[:2]
+    tensor = tf.constant([str(width).encode(), str(height).encode(), encode_png(picture)])
+    metadata = summary_pb2.SummaryMetadata(
+        summary_description=description,
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=IMAGE_PLUGIN,
+                                                           content=b""),
+    )
+    tf.summary.write(tag, tensor, step=step, metadata=metadata)
+
+
+def _as_images(images) -> np.ndarray:
+    array = np.asarray(images)
+    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+        raise ArgumentError(f"images must be numeric, got dtype {array.dtype}")
+    if array.ndim != 4:
+        hint = " (add a batch axis: images[None])" if array.ndim == 3 else ""
+        raise ArgumentError(f"images must have shape (N, H, W, C), got {array.shape}{hint}")
+    if len(array) == 0:
+        raise ArgumentError("images is empty: expected at least one image")
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def _as_classes(classes, count: int) -> np.ndarray | None:
+    if classes is None:
+        return None
+    if isinstance(classes, (int, np.integer)) and not isinstance(classes, bool):
+        array = np.full(count, int(classes), np.int64)
+    else:
+        array = np.asarray(classes)
+        if array.ndim != 1 or array.dtype == bool or not np.issubdtype(array.dtype, np.integer):
+            raise ArgumentError(
+                f"classes={classes!r} must be None, a class index or one index per image")
+        if len(array) != count:
+            raise ArgumentError(f"classes has {len(array)} classes for {count} images")
+    if np.any(array < 0):
+        raise ArgumentError(f"classes={classes!r}: class indices must be >= 0")
+    return array.astype(np.int32)
+
+
+def _as_pictures(pictures, image_shape: tuple) -> np.ndarray | None:
+    if pictures is None:
+        return None
+    array = np.asarray(pictures)
+    if array.dtype != np.uint8:
+        raise ArgumentError(f"pictures must be uint8, got dtype {array.dtype}")
+    if array.ndim == 3:
+        array = array[..., None]
+    if array.ndim != 4 or array.shape[-1] not in (1, 3) or array.shape[:3] != image_shape[:3]:
+        raise ArgumentError(
+            f"pictures must have shape {image_shape[:3]} plus 1 or 3 channels, one per "
+            f"image, got {np.shape(pictures)}")
+    return array
