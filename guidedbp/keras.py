@@ -76,6 +76,9 @@ class SaliencyCallback(keras.callbacks.Callback):
     - run: the subfolder ``log_dir/<run>`` (``log_dir/guidedbp``), beside the
       TensorBoard callback's ``train`` and ``validation`` runs.
 
+    TensorBoard shows at most 10 steps per image tag unless started with
+    ``--samples_per_plugin images=100`` (or more); the event files hold every step.
+
     The engine is built and traced once, at the start of training (so a bad class or
     image shape fails before the first epoch, not after it), and reused by every
     epoch and every later ``fit`` of the same model: the traced function reads the
@@ -179,46 +182,61 @@ class SaliencyCallback(keras.callbacks.Callback):
     # -- Keras hooks ------------------------------------------------------------------------
 
     def on_train_begin(self, logs=None) -> None:
-        if self.explainer is None or self.explainer.model is not self.model:
-            if keras.backend.backend() != "tensorflow":
-                raise ArgumentError(f"guidedbp needs Keras' tensorflow backend, got "
-                                    f"{keras.backend.backend()!r}")
-            self.explainer = Explainer(self.model, self.methods, options=self._options,
-                                       pixel_to_input=self._pixel_to_input)
-            # Trace now: a bad shape or class fails before the first epoch.
-            num_classes = self.explainer.report_for(self.images.shape[1:]).num_classes
-            if self.classes is not None and np.any(self.classes >= num_classes):
-                bad = int(self.classes[self.classes >= num_classes][0])
-                raise ArgumentError(f"classes: class {bad} is out of range: the model has "
-                                    f"{num_classes} classes (0..{num_classes - 1})")
-        if self.log_dir is not None and self._writer is None:
-            self._writer = tf.summary.create_file_writer(self.log_dir)
+        self._prepare()
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         if epoch % self.every_n_epochs == 0:
             self.log(epoch)
 
     def on_train_end(self, logs=None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the event file (the end of training does; :meth:`log` opens a new one)."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
 
     # -- logging ----------------------------------------------------------------------------
 
+    def _prepare(self) -> Explainer:
+        """The explainer of the callback's model, built and traced once per model."""
+        if self.model is None:
+            raise ArgumentError("the callback has no model yet: pass it to model.fit, or "
+                                "call set_model(model) first")
+        if self.explainer is None or self.explainer.model is not self.model:
+            if keras.backend.backend() != "tensorflow":
+                raise ArgumentError(f"guidedbp needs Keras' tensorflow backend, got "
+                                    f"{keras.backend.backend()!r}")
+            explainer = Explainer(self.model, self.methods, options=self._options,
+                                  pixel_to_input=self._pixel_to_input)
+            # Trace now: a bad shape or class fails before the first epoch.
+            num_classes = explainer.report_for(self.images.shape[1:]).num_classes
+            if self.classes is not None and np.any(self.classes >= num_classes):
+                bad = int(self.classes[self.classes >= num_classes][0])
+                raise ArgumentError(f"classes: class {bad} is out of range: the model has "
+                                    f"{num_classes} classes (0..{num_classes - 1})")
+            self.explainer = explainer
+        return self.explainer
+
     def log(self, step: int) -> Explanation:
         """Explain the images with the model's current weights and write the pictures at
-        ``step`` (the hooks call it; call it yourself to log outside ``fit``, after
-        training has started once).
+        ``step``. The epoch hook calls it; call it yourself to log outside ``fit``
+        (after ``set_model(model)`` when the callback has not been to ``fit`` yet).
 
         Returns:
             The explanation the pictures were drawn from.
+
+        Raises:
+            ValueError: (:class:`~guidedbp.errors.ArgumentError`) Without a model, or
+                when the first trace finds a class out of range or images the model
+                cannot take.
         """
-        if self.explainer is None:
-            raise ArgumentError("the callback has no explainer yet: log() works once "
-                                "training has started (model.fit with this callback)")
-        explanation = self.explainer.explain(self.images, self.classes)
+        explanation = self._prepare().explain(self.images, self.classes)
         pictures = self.draw(explanation)
-        if self._writer is not None:
+        if self.log_dir is not None:
+            if self._writer is None:  # closed at the end of training; reopened for more
+                self._writer = tf.summary.create_file_writer(self.log_dir)
             with self._writer.as_default():
                 if self.pictures is not None and not self._pictures_logged:
                     for index, picture in enumerate(self.pictures):

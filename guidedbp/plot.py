@@ -57,6 +57,7 @@ __all__ = [
     "draw",
     "figure_bytes",
     "is_own_figure",
+    "is_whole_figure",
     "plot",
     "require_matplotlib",
 ]
@@ -77,6 +78,7 @@ _TAIL_READ = 16384  # a PDF's Info dictionary sits just before its cross-referen
 _SVG_SALT = "guidedbp"  # fixed ids in SVG output; matplotlib draws random ones otherwise
 _PICTURE_TITLE = "image"
 _FONT_SIZE = 10.0
+_LAYOUT_PASSES = 3  # constrained layout settles within these (colorbar ticks may move once)
 
 
 class PlotUnavailable(GuidedbpError):
@@ -106,7 +108,14 @@ class _Column:
     values: np.ndarray  # (H, W) float64
     signed: bool
     limit: float  # the colour scale's top; a signed one also goes down to -limit
-    summed: bool  # whether several channels were summed into one
+    channels: int  # how many channels were reduced to one
+
+    @property
+    def note(self) -> str:
+        """What the column shows, in a few words (written under it)."""
+        if self.signed:
+            return "gradient, sum over channels" if self.channels > 1 else "gradient"
+        return "magnitude, max |\u00b7| over channels" if self.channels > 1 else "magnitude"
 
 
 def plot(
@@ -144,12 +153,16 @@ def plot(
     >>> import guidedbp
     >>> result = guidedbp.explain_image("demo", "sample_images/shapes/circle_0.png",
     ...                                 methods="guided,gradcam")  # doctest: +SKIP
-    >>> plot(result).axes[0].figure.get_suptitle()  # doctest: +SKIP
+    >>> plot(result).get_suptitle()  # doctest: +SKIP
     'circle (class 0) p=1.000'
     """
     require_matplotlib()
     if size not in OUTPUT_SIZES:
         raise ArgumentError(f"size={size!r} is not one of {', '.join(OUTPUT_SIZES)}")
+    if figsize is not None and not (isinstance(figsize, (tuple, list)) and len(figsize) == 2
+                                    and all(_positive(side) for side in figsize)):
+        raise ArgumentError(f"figsize={figsize!r} must be (width, height) in inches, "
+                            "both positive")
     missing = [name for name in ("image", "fitted", "maps", "original_maps", "target",
                                  "probability", "label") if not hasattr(result, name)]
     if missing:
@@ -159,14 +172,8 @@ def plot(
         picture, maps = result.image, result.original_maps()
     else:
         picture, maps = result.fitted, result.maps
-    figure = draw(picture, _select(maps, methods), _caption(result), cmap=cmap, clip=clip)
-    if figsize is not None:
-        if not (isinstance(figsize, (tuple, list)) and len(figsize) == 2
-                and all(_positive(side) for side in figsize)):
-            raise ArgumentError(f"figsize={figsize!r} must be (width, height) in inches, "
-                                "both positive")
-        figure.set_size_inches(*figsize)
-    return figure
+    return _draw(picture, _select(maps, methods), _caption(result), cmap, clip, 3.0,
+                 None if figsize is None else tuple(float(side) for side in figsize))
 
 
 def _select(maps: Mapping[str, np.ndarray], methods) -> dict[str, np.ndarray]:
@@ -222,9 +229,10 @@ def draw(
         column_width: Width of each column in inches.
 
     Returns:
-        A :class:`matplotlib.figure.Figure` with ``1 + len(maps)`` image axes (the
-        picture titled ``"image"``, then each map titled with its method's name) and
-        one colorbar axis per map, after them in ``figure.axes``.
+        A :class:`matplotlib.figure.Figure` whose ``axes`` are ``1 + len(maps)`` image
+        axes: the picture titled ``"image"``, then each map titled with its method's
+        name, its colorbar inset at its right (``axis.images[0].colorbar``). The layout
+        is computed once and then fixed, so that every save draws the same positions.
 
     Raises:
         PlotUnavailable: Without matplotlib.
@@ -238,6 +246,12 @@ def draw(
     (['image', 'gradcam'], 'class 0 p=1.000')
     """
     require_matplotlib()
+    return _draw(picture, maps, title, cmap, clip, column_width, None)
+
+
+def _draw(picture, maps, title, cmap, clip, column_width, figsize) -> Figure:
+    """:func:`draw`, checking its arguments; ``figsize`` replaces the one made of
+    ``column_width``."""
     clip = _check_clip(clip)
     if not isinstance(title, str):
         raise ArgumentError(f"title must be a string, got {type(title).__name__}")
@@ -261,7 +275,12 @@ def draw(
     if rgb.shape[:2] != size:
         raise ArgumentError(f"picture has size {rgb.shape[0]}x{rgb.shape[1]} (H x W) but the "
                             f"maps have {size[0]}x{size[1]}; resize one to the other first")
-    return _figure(rgb, columns, title, sequential, column_width)
+    if figsize is None:
+        height, width = size
+        # Each column has the picture's aspect, plus room for titles and colorbar ticks.
+        figsize = (column_width * (1 + len(columns)) + 0.6 * len(columns),
+                   column_width * min(height / width, 3.0) + 0.7)
+    return _figure(rgb, columns, title, sequential, figsize)
 
 
 def _check_clip(clip) -> float:
@@ -293,7 +312,7 @@ def _column(name: str, values, clip: float) -> _Column:
     if not np.all(np.isfinite(array)):
         raise ArgumentError(f"maps[{name!r}] must be finite, got NaN or infinite values")
     drawn = array.sum(axis=2) if signed else np.abs(array).max(axis=2)
-    return _Column(name, drawn, signed, _limit(np.abs(drawn), clip), array.shape[2] > 1)
+    return _Column(name, drawn, signed, _limit(np.abs(drawn), clip), array.shape[2])
 
 
 def _limit(magnitudes: np.ndarray, clip: float) -> float:
@@ -306,15 +325,11 @@ def _limit(magnitudes: np.ndarray, clip: float) -> float:
 
 
 def _figure(rgb: np.ndarray, columns: list[_Column], title: str, sequential,
-            column_width: float) -> Figure:
+            figsize: tuple[float, float]) -> Figure:
     import matplotlib.style
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
 
-    height, width = rgb.shape[:2]
-    # Each column is the picture's aspect, plus room for titles and the colorbar's ticks.
-    figsize = (column_width * (1 + len(columns)) + 0.6 * len(columns),
-               column_width * min(height / width, 3.0) + 0.7)
     # The library's defaults, not the notebook's style: a figure looks (and saves) the
     # same in every session.
     with matplotlib.style.context("default"), matplotlib.rc_context({"font.size": _FONT_SIZE}):
@@ -335,7 +350,20 @@ def _figure(rgb: np.ndarray, columns: list[_Column], title: str, sequential,
         for axis, image, column in bars:
             _colorbar(figure, axis, image, column)
         figure.suptitle(title, fontsize=_FONT_SIZE + 2)
+        _freeze_layout(figure)
     return figure
+
+
+def _freeze_layout(figure) -> None:
+    """Lay the figure out now, then keep that layout.
+
+    Constrained layout starts from the axes' current positions, so a figure saved twice
+    would move by a hair between the saves (and its files would differ). Laid out here,
+    a few times over, then fixed, every save and every format draws the same positions.
+    """
+    for _ in range(_LAYOUT_PASSES):
+        figure.draw_without_rendering()
+    figure.set_layout_engine("none")
 
 
 def _show(axis, values: np.ndarray, title: str, **style):
@@ -357,18 +385,16 @@ def _colorbar(figure, axis, image, column: _Column) -> None:
     bar = figure.colorbar(image, cax=holder, extend=extend)
     bar.ax.tick_params(labelsize=_FONT_SIZE - 2)
     bar.formatter.set_powerlimits((-2, 3))
-    if column.signed:
-        label = "gradient, summed over channels" if column.summed else "gradient"
-    else:
-        label = "magnitude"
-    bar.set_label(label, fontsize=_FONT_SIZE - 2)
+    # Under the map, not along the bar: a wide picture's bar is too short for words.
+    axis.set_xlabel(column.note, fontsize=_FONT_SIZE - 1)
 
 
 def figure_bytes(figure: Figure, format: str, dpi: int = 150) -> bytes:
     """A figure as a PDF, SVG or PNG file's bytes, the same bytes on every run.
 
-    PDF and SVG are vector files: pictures and maps are embedded as images, text, axes
-    and colorbars are vectors (text stays text: TrueType in PDF, ``<text>`` in SVG).
+    PDF and SVG are vector files: pictures and maps (and each colorbar's colour ramp)
+    are embedded as images; text, axes, ticks and frames are vectors, and text stays
+    text (TrueType in PDF, ``<text>`` in SVG).
     Every file carries guidedbp's mark (PDF ``Creator`` and ``Producer``, SVG creator,
     PNG ``Software``) and no date, so :func:`is_own_figure` can tell it from a user's.
 
@@ -434,21 +460,32 @@ def is_own_figure(path: str | os.PathLike[str]) -> bool:
     >>> is_own_figure(path), is_own_figure(path + ".missing")
     (False, False)
     """
+    return all(_figure_state(path))
+
+
+def is_whole_figure(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a complete PDF, SVG or PNG regular file, whoever wrote it (a
+    file guidedbp listed that is no longer whole is its own, damaged)."""
+    return _figure_state(path)[0]
+
+
+def _figure_state(path) -> tuple[bool, bool]:
+    """``(whole, marked)`` of a figure file; both False for anything else."""
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
-            return False
+            return False, False
         with open(path, "rb") as handle:
             head = handle.read(_HEAD_READ)
             size = handle.seek(0, os.SEEK_END)
             handle.seek(max(0, size - _TAIL_READ))
             tail = handle.read(_TAIL_READ)
     except (OSError, TypeError, ValueError):
-        return False
+        return False, False
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return is_own_png(path) and is_whole_png(path)
+        return is_whole_png(path), is_own_png(path)
     ending = tail.rstrip(b"\r\n")
     if head.startswith(b"%PDF-"):
-        return ending.endswith(b"%%EOF") and _PDF_MARK in tail
+        return ending.endswith(b"%%EOF"), _PDF_MARK in tail
     if head.lstrip().startswith((b"<?xml", b"<svg")):
-        return ending.endswith(b"</svg>") and _SVG_MARK in head
-    return False
+        return ending.endswith(b"</svg>"), _SVG_MARK in head
+    return False, False

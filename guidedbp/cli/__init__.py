@@ -16,6 +16,7 @@ from guidedbp.cli.evaluate import evaluate_command
 from guidedbp.cli.explain import explain_command
 from guidedbp.cli.inspect import inspect_command
 from guidedbp.cli.merge import merge_command
+from guidedbp.cli.report import report_command
 
 
 @click.group(cls=Command,
@@ -35,3 +36,4 @@ main.add_command(inspect_command)
 main.add_command(check_command)
 main.add_command(evaluate_command)
 main.add_command(merge_command)
+main.add_command(report_command)

@@ -27,7 +27,8 @@ from guidedbp.cli.common import (
 )
 from guidedbp.engine.methods import REGISTRY
 from guidedbp.engine.options import BASELINES, UPSAMPLING
-from guidedbp.pipeline.options import DEFAULT_OUTPUT, RunOptions
+from guidedbp.pipeline.options import DEFAULT_OUTPUT, MAX_DPI, MIN_DPI, RunOptions
+from guidedbp.plot import FIGURE_FORMATS
 from guidedbp.render import COLORMAPS, MIN_TILE, RENDERS
 from guidedbp.render.options import OUTPUT_SIZES
 
@@ -40,7 +41,8 @@ OPTION_GROUPS = [
     ("Inputs and model", ["recursive", "size", "resize", "signature", "input_key", "output_key",
                           "weights", "unsafe_deserialization", "custom_objects", "preprocess",
                           "labels"]),
-    ("Output", ["output", "raw", "skip_existing", "fail_fast", "quiet", "batch_size", "debug"]),
+    ("Output", ["output", "raw", "figure", "dpi", "report", "skip_existing", "fail_fast",
+                "quiet", "batch_size", "debug"]),
     ("Scale-out", ["shard", "engine", "workers", "cpus_per_worker", "num_gpus_per_worker",
                    "ray_address"]),
 ]
@@ -76,7 +78,9 @@ absolute path outside this folder starts with %2F, so all stays inside OUT):
   PATH[.CLASS].METHOD.RENDER.png  one per render (CLASS with --class/--top-k)
   PATH[.CLASS].panel.png          with several methods and --render panel
   PATH[.CLASS].METHOD.npy         with --raw: float32 map at model resolution
+  PATH[.CLASS].figure.FORMAT      with --figure pdf|svg|png: all methods, colorbars
   manifest.jsonl                  one JSON object per input
+  index.html                      the run as a web page: filter, sort, click through
                                   (manifest-K-of-N.jsonl with --shard K/N)
 One run writes to an OUT at a time; guidedbp never writes through a link or over a
 file it did not write.""")
@@ -109,6 +113,15 @@ file it did not write.""")
               help="Write maps at the image's size or the model's input size.")
 @field_option("raw", "--raw", is_flag=True,
               help="Also save the float32 map (model resolution) as .npy.")
+@field_option("figure", "--figure", type=click.Choice(FIGURE_FORMATS),
+              help="Also draw each explanation as a figure (the picture, then each method "
+                   "with a colorbar): vector PDF or SVG, or PNG. Needs matplotlib: "
+                   "pip install 'guidedbp[plot]'.")
+@field_option("dpi", "--dpi", type=click.IntRange(MIN_DPI, MAX_DPI),
+              help="Figure resolution, dots per inch.")
+@field_option("report", "--report/--no-report",
+              help="Write OUT/index.html to browse the run (not with --shard: run "
+                   "guidedbp report OUT after merge-manifests).")
 @field_option("cmap", "--cmap", type=click.Choice(COLORMAPS),
               help="Colormap for heatmap and overlay.")
 @field_option("clip", "--clip", type=click.FloatRange(0, 100, min_open=True),
@@ -210,6 +223,8 @@ def print_summary(summary, quiet: bool = False) -> None:
         click.echo(f"{state}{', '.join(parts)} in {summary.seconds:.1f} s ("
                    f"{summary.loading:.1f} s loading the model, {summary.done / working:.1f} "
                    f"images/s); maps and {summary.manifest} in {summary.output}/", err=True)
+        if summary.report:
+            click.echo(f"browse the run: {summary.report}", err=True)
     for path, reason in summary.failures[:20]:
         click.echo(f"  failed: {path}: {reason}", err=True)
     if len(summary.failures) > 20:

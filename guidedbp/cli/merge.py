@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from guidedbp._text import one_line
 from guidedbp.cli.common import errors_handled
 
 
@@ -20,11 +21,23 @@ def merge_command(output: str) -> None:
     shards. Every shard is checked before OUT/manifest.jsonl is replaced, so a refused
     merge leaves it as it was; the shard manifests are always left in place.
 
+    Then OUT/index.html, the page that browses the run (see `guidedbp report`), is
+    rebuilt from the merged manifest; should that be refused (an index.html guidedbp
+    did not write), a warning says so and the merge still succeeds.
+
     \b
     Example, after `guidedbp explain ... -o maps --shard K/4` for K = 0, 1, 2, 3:
       guidedbp merge-manifests maps
     """
-    from guidedbp.io.shard import merge_manifests
+    from guidedbp.io.report import ReportError, write_report
+    from guidedbp.io.shard import MERGED_MANIFEST, merge_manifests
 
     path, shards, records = merge_manifests(output)
     click.echo(f"{records} records from {shards} shards -> {path}", err=True)
+    try:
+        report = write_report(output, MERGED_MANIFEST)
+    except ReportError as error:  # the merge itself is done: say so, do not fail it
+        click.echo(f"warning: no report: {one_line(error)}", err=True)
+        return
+    click.echo(f"report: {report} ({records} {'input' if records == 1 else 'inputs'})",
+               err=True)

@@ -83,7 +83,11 @@ def _href(path: object) -> str | None:
 def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _class(value: object) -> int | None:
@@ -181,7 +185,7 @@ _STYLE = """
   --error: #c0352b; --skipped: #8a6d00; --match: #fff6d6; }
 @media (prefers-color-scheme: dark) { :root { --fg: #e4e7ee; --muted: #98a2b3;
   --line: #2c323d; --bg: #161a21; --zebra: #1c212a; --head: #232936; --accent: #7aa7ff;
-  --ok: #4cc38a; --error: #ff7b72; --skipped: #e3b341; --match: #3a3420; } }
+  --ok: #4cc38a; --error: #ff7b72; --skipped: #e3b341; --match: #2e2b1f; } }
 * { box-sizing: border-box; }
 body { margin: 0; background: var(--bg); color: var(--fg);
   font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial,
@@ -193,6 +197,7 @@ h1 { margin: 0 0 4px; font-size: 20px; font-weight: 600; }
   border-bottom: 1px dotted currentColor; }
 #summary .ok { color: var(--ok); } #summary .error { color: var(--error); }
 #summary .skipped { color: var(--skipped); }
+#summary a.zero { color: var(--muted); font-weight: normal; }
 .controls { display: flex; flex-wrap: wrap; gap: 8px 16px; align-items: center; }
 .controls label { display: flex; gap: 6px; align-items: center; color: var(--muted); }
 select, input[type=search], button { font: inherit; color: var(--fg); background: var(--bg);
@@ -202,12 +207,15 @@ button { cursor: pointer; } button:disabled { cursor: default; opacity: 0.4; }
 .pager { display: flex; gap: 8px; align-items: center; padding: 8px 24px; }
 .pager .count { color: var(--muted); margin-left: 8px; font-variant-numeric: tabular-nums; }
 main { padding: 0 24px 8px; }
-table { border-collapse: separate; border-spacing: 0; width: 100%; }
+table { border-collapse: separate; border-spacing: 0; min-width: 50%; }
 th { position: sticky; top: 0; z-index: 1; background: var(--head); text-align: left;
   font-weight: 600; padding: 6px 10px; border-bottom: 1px solid var(--line);
   white-space: nowrap; }
 td { padding: 6px 10px; vertical-align: middle; border-bottom: 1px solid var(--line); }
 tbody.record:nth-of-type(even) td { background: var(--zebra); }
+tbody.record tr:not(:last-child) td { border-bottom: 1px dashed var(--line); }
+tbody.record td.num, tbody.record td.input, tbody.record td.status {
+  border-bottom: 1px solid var(--line); }
 tr.match td.class, tr.match td.score { background: var(--match); }
 td.num { color: var(--muted); text-align: right; font-variant-numeric: tabular-nums;
   width: 1%; }
@@ -228,8 +236,7 @@ td.thumb { width: 1%; padding: 4px 6px; }
 td.thumb a { display: flex; width: 128px; height: 128px; align-items: center;
   justify-content: center; border-radius: 4px; outline-offset: 2px; }
 td.thumb.wide a { width: 256px; }
-td.thumb img { display: block; max-width: 100%; max-height: 100%; image-rendering: auto;
-  border-radius: 3px; }
+td.thumb img { display: block; width: 100%; height: 100%; object-fit: contain; }
 td.thumb a:hover img { box-shadow: 0 0 0 2px var(--accent); }
 td.thumb a.missing { border: 1px dashed var(--line); color: var(--muted); font-size: 12px; }
 td.thumb a.missing::after { content: "missing"; }
@@ -264,7 +271,7 @@ _SCRIPT = r"""
     node.value = value;
     select.appendChild(node);
   }
-  function className(number, label) {
+  function classTitle(number, label) {
     return label === null ? "class " + number : label + " (" + number + ")";
   }
 
@@ -276,7 +283,8 @@ _SCRIPT = r"""
     line.appendChild(document.createTextNode(": "));
     [["ok", "ok"], ["error", "failed"], ["skipped", "skipped"]].forEach(function (pair, i) {
       if (i) line.appendChild(document.createTextNode(", "));
-      var link = el("a", pair[0], thousands(counts[pair[0]] || 0) + " " + pair[1]);
+      var count = counts[pair[0]] || 0;
+      var link = el("a", pair[0] + (count ? "" : " zero"), thousands(count) + " " + pair[1]);
       link.href = "#status=" + pair[0];
       line.appendChild(link);
     });
@@ -288,13 +296,12 @@ _SCRIPT = r"""
 
     STATUSES.forEach(function (status) {
       var count = status === "all" ? summary.inputs : (counts[status] || 0);
-      option(statusFilter, status, (status === "all" ? "all" : status) + " (" +
-             thousands(count) + ")");
+      option(statusFilter, status, status + " (" + thousands(count) + ")");
     });
     option(classFilter, "", "all classes");
     data.classes.forEach(function (pair) {
       knownClasses[String(pair[0])] = true;
-      option(classFilter, String(pair[0]), className(pair[0], pair[1]));
+      option(classFilter, String(pair[0]), classTitle(pair[0], pair[1]));
     });
     SORTS.forEach(function (pair) { option(sortSelect, pair[0], pair[1]); });
 
@@ -411,7 +418,9 @@ _SCRIPT = r"""
     row.appendChild(cell);
     cell = el("td", "score");
     if (target[2] !== null) {
-      cell.appendChild(document.createTextNode(target[2].toFixed(3)));
+      var score = target[2], text = score === 0 || score >= 0.01 ? score.toFixed(3)
+          : score.toExponential(1);
+      cell.appendChild(document.createTextNode(text));
       cell.title = String(target[2]);
       var bar = el("span", "bar"), fill = el("span");
       fill.style.width = Math.max(0, Math.min(100, target[2] * 100)) + "%";
@@ -449,7 +458,7 @@ _SCRIPT = r"""
     }
     targets.forEach(function (target, k) {
       var row = k ? el("tr", "target") : first;
-      if (cls !== null && target[0] === cls) row.classList.add("match");
+      if (cls !== null && targets.length > 1 && target[0] === cls) row.classList.add("match");
       targetCells(row, target);
       if (k) body.appendChild(row);
     });

@@ -8,6 +8,7 @@ inside OUT)::
     STEM[.CLASS].METHOD.RENDER.png   one per method and render (CLASS with classes/top_k)
     STEM[.CLASS].panel.png           with several methods and the panel render
     STEM[.CLASS].METHOD.npy          with raw: the float32 map at model resolution
+    STEM[.CLASS].figure.FORMAT       with figure: every method in one matplotlib figure
 
 CLASS is ``281-tabby`` (the index, then the name cut to 48 characters) or ``281``.
 """
@@ -41,6 +42,7 @@ class Naming:
         raw: Whether float32 maps are saved too.
         labels: Class names, or ``None``.
         named: Whether file names carry the class (explicit classes or top-k).
+        figure: The figures' format (``pdf``, ``svg``, ``png``), or ``None``.
     """
 
     methods: tuple[str, ...]
@@ -48,25 +50,31 @@ class Naming:
     raw: bool = False
     labels: tuple[str, ...] | None = None
     named: bool = False
+    figure: str | None = None
 
     def paths(self, stem: str, target: int | None) -> tuple[dict, str | dict | None]:
         """``(outputs, raw)`` for one input's stem and class.
 
         One method: ``render -> STEM.METHOD.RENDER.png`` and raw ``STEM.METHOD.npy``.
         Several: ``METHOD.RENDER -> STEM.METHOD.RENDER.png`` for each, one comparison
-        ``panel -> STEM.panel.png``, and raw as ``method -> path``.
+        ``panel -> STEM.panel.png``, and raw as ``method -> path``. With a figure
+        format, also ``figure -> STEM.figure.FORMAT``.
         """
         if self.named and target is not None:
             stem = f"{stem}.{class_slug(target, self.labels)}"
         methods, renders = self.methods, self.renders
         if len(methods) == 1:
             outputs = {name: f"{stem}.{methods[0]}.{name}.png" for name in renders}
-            return outputs, (f"{stem}.{methods[0]}.npy" if self.raw else None)
-        outputs = {f"{method}.{name}": f"{stem}.{method}.{name}.png"
-                   for method in methods for name in renders if name != "panel"}
-        if "panel" in renders:
-            outputs["panel"] = f"{stem}.panel.png"
-        return outputs, ({m: f"{stem}.{m}.npy" for m in methods} if self.raw else None)
+            raw = f"{stem}.{methods[0]}.npy" if self.raw else None
+        else:
+            outputs = {f"{method}.{name}": f"{stem}.{method}.{name}.png"
+                       for method in methods for name in renders if name != "panel"}
+            if "panel" in renders:
+                outputs["panel"] = f"{stem}.panel.png"
+            raw = {m: f"{stem}.{m}.npy" for m in methods} if self.raw else None
+        if self.figure is not None:
+            outputs["figure"] = f"{stem}.figure.{self.figure}"
+        return outputs, raw
 
     def raw_items(self, raw) -> list[tuple[str, str]]:
         """``(method, path)`` of each raw map in a ``paths`` result."""

@@ -25,12 +25,15 @@ from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError
 from guidedbp.io.shard import manifest_name
 from guidedbp.models.preprocess import RESIZE_MODES
+from guidedbp.plot import FIGURE_FORMATS
 from guidedbp.render.options import RenderOptions
 
 #: Where ``guidedbp explain`` writes when no OUT is given.
 DEFAULT_OUTPUT = "guidedbp-out"
 #: The manifest's file name under OUT (shards name theirs ``manifest-K-of-N.jsonl``).
 MANIFEST = "manifest.jsonl"
+#: The figures' resolution range, in dots per inch.
+MIN_DPI, MAX_DPI = 20, 1200
 
 
 @dataclass(frozen=True)
@@ -96,13 +99,32 @@ class OutputOptions:
 
     Attributes:
         raw: Also save each float32 map (model resolution) as ``.npy``.
+        figure: Also draw each explanation as a matplotlib figure in this format, one of
+            :data:`~guidedbp.plot.FIGURE_FORMATS` (needs the ``plot`` extra); ``None``: no
+            figure.
+        dpi: The figure's resolution (dots per inch): the PNG's pixels, the size of the
+            pictures embedded in a PDF or SVG.
+        report: Write ``OUT/index.html``, a page to browse the run (not with a shard:
+            ``guidedbp report OUT`` after merging).
         skip_existing: Resume: inputs whose outputs all exist are not recomputed.
         fail_fast: Stop at the first input that fails.
     """
 
     raw: bool = False
+    figure: str | None = None
+    dpi: int = 150
+    report: bool = True
     skip_existing: bool = False
     fail_fast: bool = False
+
+    def __post_init__(self):
+        if self.figure is not None and self.figure not in FIGURE_FORMATS:
+            raise ArgumentError(f"figure={self.figure!r} is not one of "
+                                f"{', '.join(FIGURE_FORMATS)} (or None)")
+        if isinstance(self.dpi, bool) or not isinstance(self.dpi, int) \
+                or not MIN_DPI <= self.dpi <= MAX_DPI:
+            raise ArgumentError(f"dpi={self.dpi!r} must be a whole number from {MIN_DPI} to "
+                                f"{MAX_DPI}")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from guidedbp.io.images import decode_image
 from guidedbp.io.inputs import collect_inputs
 from guidedbp.io.lock import OutputLock
 from guidedbp.io.manifest import is_manifest, read_earlier
+from guidedbp.io.report import write_report
 from guidedbp.io.shard import select_shard
 from guidedbp.models.labels import resolve_class
 from guidedbp.models.loading import LoadedModel, load_model
@@ -33,6 +34,7 @@ from guidedbp.pipeline.local import run_local
 from guidedbp.pipeline.naming import label_of
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, RunOptions
 from guidedbp.pipeline.stages import Feed, Plan, Summary, carried_over, record
+from guidedbp.plot import require_matplotlib
 
 
 class NoImagesError(GuidedbpError):
@@ -107,6 +109,8 @@ def explain_files(
     items = collected.items
     if options.inputs.shard is not None:  # an empty shard still writes its (empty) manifest
         items = select_shard(items, *options.inputs.shard)
+    if options.output.figure is not None:
+        require_matplotlib()  # before anything is written or loaded
     manifest = os.path.join(output, options.manifest)
     created = _check_output(output, manifest)  # before the model loads: fail fast
     try:
@@ -117,8 +121,24 @@ def explain_files(
         raise
     summary.passed_over = collected.passed_over
     summary.loading = loading
+    if options.output.report and options.inputs.shard is None:
+        summary.report = _report(output, options.manifest)
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+class ReportWarning(UserWarning):
+    """The run's maps and manifest are written, but its ``index.html`` could not be."""
+
+
+def _report(output: str, manifest: str) -> str | None:
+    """Write OUT/index.html from the manifest; a page that cannot be written is a warning
+    (the run's own files are all there), not a failed run."""
+    try:
+        return write_report(output, manifest)
+    except (GuidedbpError, OSError) as error:
+        warnings.warn(f"no report written: {error}", ReportWarning, stacklevel=3)
+        return None
 
 
 def _run(model, load, options, output, manifest, items, runner, cluster, progress, started):

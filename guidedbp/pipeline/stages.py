@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,11 +22,12 @@ from guidedbp._text import one_line
 from guidedbp.engine.methods import method
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem, output_stem
-from guidedbp.io.write import is_own_png, is_whole_png, save_npy, save_png
-from guidedbp.models.preprocess import draft_side, resize_picture
+from guidedbp.io.write import atomic_write_bytes, is_own_png, is_whole_png, save_npy, save_png
+from guidedbp.models.preprocess import draft_side, resize_map, resize_picture
 from guidedbp.models.preprocess import prepare as fit_and_preprocess
 from guidedbp.pipeline.naming import Naming, label_of
 from guidedbp.pipeline.options import RunOptions
+from guidedbp.plot import is_own_figure, is_whole_figure
 from guidedbp.render import Column, render, render_column, render_panel
 
 
@@ -78,7 +80,8 @@ class Plan:
     def naming(self) -> Naming:
         options = self.options
         return Naming(options.methods, options.render.renders, options.output.raw,
-                      self.feed.labels, bool(self.classes or options.classes.top_k))
+                      self.feed.labels, bool(self.classes or options.classes.top_k),
+                      options.output.figure)
 
 
 @dataclass
@@ -116,6 +119,7 @@ class Summary:
     passed_over: int = 0
     output: str = ""
     manifest: str = "manifest.jsonl"
+    report: str | None = None  # the run's index.html, when one was written
 
     @property
     def exit_code(self) -> int:
@@ -180,13 +184,19 @@ def _still_valid(plan: Plan, item: InputItem, record: dict) -> bool:
         outputs, raw = naming.paths(item.output_stem, target["class"])
         if target.get("outputs") != outputs or target.get("raw") != raw:
             return False
-        if not all(is_whole_png(os.path.join(plan.output, path)) and
-                   is_own_png(os.path.join(plan.output, path)) for path in outputs.values()):
+        if not all(_is_own_output(os.path.join(plan.output, path)) for path in outputs.values()):
             return False
         if not all(_is_npy(os.path.join(plan.output, path))
                    for _, path in naming.raw_items(raw)):
             return False
     return True
+
+
+def _is_own_output(path: str) -> bool:
+    """Whether ``path`` is a whole picture or figure that guidedbp wrote."""
+    if path.endswith(".png"):
+        return is_whole_png(path) and is_own_png(path)
+    return is_own_figure(path)
 
 
 def _is_npy(path: str) -> bool:
@@ -333,6 +343,10 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
         if len(options.methods) == 1:  # a comparison panel titles its columns instead
             caption = f"{options.methods[0]}: {caption}"
         for key, relative in outputs.items():
+            if key == "figure":
+                _write_figure(plan, os.path.join(plan.output, relative), picture, shown,
+                              f"{named_class} p={entry.probability:.3f}")
+                continue
             if key == "panel" and len(shown) > 1:
                 array = comparison_panel(shown, picture, caption, style, options.render.tile)
             else:
@@ -346,6 +360,28 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
         targets.append({"class": entry.target, "label": label,
                         "score": round(entry.probability, 6), "outputs": outputs, "raw": raw})
     return record(plan, prepared.item, "ok", None, targets)
+
+
+#: Figures are drawn one at a time: matplotlib's caches are not meant for threads.
+_FIGURE_LOCK = threading.Lock()
+#: A figure's pictures are reduced to this many pixels on their longer side.
+FIGURE_MAX_SIDE = 1024
+
+
+def _write_figure(plan: Plan, path: str, picture: np.ndarray, maps: dict, title: str) -> None:
+    """Draw one explanation's matplotlib figure and write it atomically."""
+    from guidedbp import plot
+
+    output, style = plan.options.output, plan.options.render
+    longer = max(picture.shape[:2])
+    if longer > FIGURE_MAX_SIDE:  # a figure on a page needs no more; a PDF stays small
+        size = tuple(max(1, round(side * FIGURE_MAX_SIDE / longer)) for side in picture.shape[:2])
+        picture = resize_picture(picture, size)
+        maps = {name: resize_map(saliency, size) for name, saliency in maps.items()}
+    with _FIGURE_LOCK:
+        figure = plot.draw(picture, maps, title, cmap=style.cmap, clip=style.clip)
+        data = plot.figure_bytes(figure, output.figure, dpi=output.dpi)
+    atomic_write_bytes(path, data)
 
 
 def _check_target(plan: Plan, relative: str, pictures) -> None:
@@ -377,6 +413,9 @@ def _check_target(plan: Plan, relative: str, pictures) -> None:
         # The mark decides, not a manifest: a PNG of the user's may have taken its place.
         # A file the manifest lists that is no whole PNG at all is our own, damaged.
         if is_own_png(target) or (relative in plan.owned and not is_whole_png(target)):
+            return
+    elif not relative.endswith(".npy"):  # a PDF or SVG figure: the same rule
+        if is_own_figure(target) or (relative in plan.owned and not is_whole_figure(target)):
             return
     elif relative in plan.owned or (_is_npy(target) and any(
             is_own_png(os.path.join(plan.output, picture)) for picture in pictures)):

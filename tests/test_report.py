@@ -1,0 +1,529 @@
+"""OUT/index.html: the report page, its data block, the file's safety, and the page itself
+driven in a headless Chromium (tests/browser.py).
+
+OUT folders are built by hand (a manifest and tiny PNGs), so no TensorFlow is needed. The
+browser tests share one Chromium for the module; each gets a fresh tab.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from guidedbp.io.report import (
+    GENERATOR_MARK,
+    REPORT,
+    ReportError,
+    is_own_report,
+    report_data,
+    report_html,
+    write_report,
+)
+from guidedbp.io.write import save_png
+
+from .browser import WINDOW, browser_fixture, page_fixture  # noqa: F401 (fixtures)
+from .helpers import assert_one_line_error, run_cli
+
+METHODS = ("guided", "gradcam")
+RENDERS = ("color", "overlay")
+COLUMNS = [f"{method}.{render}" for method in METHODS for render in RENDERS]
+HOSTILE = "<script>alert(1)</script>\"&'.png"
+MARKUP_REASON = "cannot read it: <img src=x onerror=\"window.pwned=1\"> & more"
+
+
+def target(stem: str, number: int, label: str | None, score: float,
+           methods=METHODS, renders=RENDERS, named: bool = False) -> dict:
+    """A manifest target whose outputs follow guidedbp's naming (pipeline/naming.py)."""
+    if named:
+        stem = f"{stem}.{number}"
+    if len(methods) == 1:
+        outputs = {name: f"{stem}.{methods[0]}.{name}.png" for name in renders}
+    else:
+        outputs = {f"{m}.{name}": f"{stem}.{m}.{name}.png" for m in methods for name in renders}
+    return {"class": number, "label": label, "score": score, "outputs": outputs, "raw": None}
+
+
+def record(name: str, status: str = "ok", error: str | None = None, targets=(),
+           methods=METHODS) -> dict:
+    """A manifest record as stages.record() writes it."""
+    first = targets[0] if targets else {}
+    return {"input": name, "status": status, "error": error, "class": first.get("class"),
+            "label": first.get("label"), "score": first.get("score"),
+            "method": ",".join(methods), "outputs": first.get("outputs", {}),
+            "raw": first.get("raw"), "targets": list(targets)}
+
+
+def make_out(folder: Path, records: list[dict], pictures: bool = True) -> Path:
+    """OUT with ``records`` as manifest.jsonl and, with ``pictures``, a small PNG for every
+    output: a colour per class, a gradient so thumbnails are not flat."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ramp = np.linspace(0, 1, 24)[None, :, None] * np.linspace(0.3, 1, 24)[:, None, None]
+    for item in records if pictures else ():
+        for entry in item["targets"]:
+            colour = np.array([(entry["class"] * 97) % 256, 120 + entry["class"] * 40 % 136, 200])
+            picture = (ramp * colour).astype(np.uint8)
+            for relative in entry["outputs"].values():
+                save_png(folder / relative, picture)
+    (folder / "manifest.jsonl").write_text(
+        "".join(json.dumps(item) + "\n" for item in records), encoding="utf-8")
+    return folder
+
+
+def sample_records() -> list[dict]:
+    cat = "photos/cat 1.jpg"  # top-2: class names in the output names
+    return [
+        record(cat, targets=[target(cat, 3, "circle", 0.91, named=True),
+                             target(cat, 1, "square", 0.05, named=True)]),
+        record("photos/a#b%c?d.jpg", targets=[target("photos/a#b%c?d.jpg", 1, "square", 0.62)]),
+        record(HOSTILE, targets=[target(HOSTILE, 2, "star <b>", 0.33)]),
+        record("broken.png", "error", "not a readable image (cannot identify image file)"),
+        record("huge.png", "error", MARKUP_REASON),
+        record("old.png", "skipped", targets=[target("old.png", 0, None, 0.4)]),
+        record("zeta.png", targets=[target("zeta.png", 3, "circle", 0.99)]),
+    ]
+
+
+# -- the data block ----------------------------------------------------------------------------
+
+
+def data_block(page: str) -> str:
+    match = re.search(r'<script type="application/json" id="records">(.*?)</script>', page,
+                      re.S)
+    assert match, "no records block"
+    return match.group(1)
+
+
+def test_report_data_is_compact_and_complete():
+    data = report_data(sample_records())
+    assert data["columns"] == COLUMNS
+    assert data["classes"] == [[0, None], [1, "square"], [2, "star <b>"], [3, "circle"]]
+    assert data["summary"] == {"inputs": 7, "statuses": {"ok": 4, "error": 2, "skipped": 1},
+                               "methods": ["guided", "gradcam"], "classes": 4,
+                               "source": "manifest.jsonl"}
+    cat = data["records"][0]
+    assert cat[:3] == ["photos/cat 1.jpg", "ok", None]
+    assert [entry[:3] for entry in cat[3]] == [[3, "circle", 0.91], [1, "square", 0.05]]
+    assert cat[3][0][3][0] == "photos/cat%201.jpg.3.guided.color.png"
+    assert data["records"][1][3][0][3][0] == "photos/a%23b%25c%3Fd.jpg.guided.color.png"
+    assert data["records"][3] == ["broken.png", "error",
+                                  "not a readable image (cannot identify image file)", []]
+
+
+def test_one_method_outputs_are_named_by_method_and_render():
+    item = record("a.png", targets=[target("a.png", 0, "x", 0.5, methods=("guided",),
+                                           renders=("color", "panel"))], methods=("guided",))
+    data = report_data([item])
+    assert data["columns"] == ["guided.color", "guided.panel"]
+    assert data["records"][0][3][0][3] == ["a.png.guided.color.png", "a.png.guided.panel.png"]
+
+
+def test_paths_that_leave_out_get_no_link():
+    outputs = {"a": "/etc/passwd", "b": "../up.png", "c": "x//y.png", "d": "javascript:x()",
+               "e": "ok.png"}
+    item = {"input": "a.png", "status": "ok", "method": "guided,gradcam",
+            "targets": [{"class": 0, "label": None, "score": 0.5, "outputs": outputs}]}
+    assert report_data([item])["records"][0][3][0][3] == [None, None, None, "javascript%3Ax%28%29",
+                                                          "ok.png"]
+
+
+def test_records_of_other_shapes_still_show():
+    items = [{"input": "a.png", "status": "ok", "class": 2, "score": 0.5, "method": "guided",
+              "outputs": {"color": "a.png.guided.color.png"}},  # no "targets"
+             {"input": 7, "status": "ok", "targets": [{"class": True, "score": float("nan")}]},
+             {"status": "error"}]
+    data = report_data(items)
+    assert data["records"] == [["a.png", "ok", None, [[2, None, 0.5, ["a.png.guided.color.png"]]]],
+                               ["7", "ok", None, [[None, None, None, [None]]]],
+                               ["", "error", None, []]]
+    json.dumps(data, allow_nan=False)
+
+
+def test_the_data_block_cannot_end_the_script_and_parses_back():
+    names = ["</script><script>alert(1)</script>", "<!-- x", "a&amp;b", "line\u2028sep\u2029",
+             "caf\u00e9 \u732b.png", "\udcff-not-utf8.png", "]]></script >"]
+    records = [record(name, targets=[target(name, 0, "<label>", 0.5)]) for name in names]
+    page = report_html(records)
+    block = data_block(page)
+    assert not set("<>&\u2028\u2029") & set(block)
+    assert block.isascii()
+    assert json.loads(block) == report_data(records)
+    assert page.count("<script") == 2 and page.count("</script>") == 2
+    page.encode("utf-8")  # no lone surrogate left in the page
+
+
+# -- the file ------------------------------------------------------------------------------------
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(os.listdir(folder))
+
+
+def test_write_report_writes_a_marked_page(tmp_path):
+    out = make_out(tmp_path / "out", sample_records(), pictures=False)
+    path = write_report(out)
+    assert path == os.path.join(out, REPORT)
+    text = Path(path).read_text(encoding="utf-8")
+    assert GENERATOR_MARK in text[:2000] and is_own_report(path)
+    assert "<title>guidedbp report: out</title>" in text
+    assert "cdn" not in text.lower() and "http://" not in text and "https://" not in text
+    assert listing(out) == [REPORT, "manifest.jsonl"]
+
+
+def test_same_manifest_same_bytes_and_a_new_manifest_replaces_our_page(tmp_path):
+    out = make_out(tmp_path / "out", sample_records(), pictures=False)
+    first = Path(write_report(out)).read_bytes()
+    assert Path(write_report(out)).read_bytes() == first
+    make_out(out, sample_records()[:2], pictures=False)
+    second = Path(write_report(out)).read_bytes()
+    assert second != first
+    assert json.loads(data_block(second.decode()))["summary"]["inputs"] == 2
+    assert listing(out) == [REPORT, "manifest.jsonl"]  # no temporary file left
+
+
+def test_title_is_text(tmp_path):
+    out = make_out(tmp_path / "out", [], pictures=False)
+    text = Path(write_report(out, title="<b>run</b> & co")).read_text()
+    assert "<title>&lt;b&gt;run&lt;/b&gt; &amp; co</title>" in text
+
+
+def test_a_foreign_index_html_is_refused_and_kept(tmp_path):
+    out = make_out(tmp_path / "out", sample_records(), pictures=False)
+    mine = b"<!DOCTYPE html><title>my own page</title><p>keep me</p>\n"
+    (out / REPORT).write_bytes(mine)
+    with pytest.raises(ReportError, match="not written by guidedbp"):
+        write_report(out)
+    assert (out / REPORT).read_bytes() == mine
+    assert listing(out) == [REPORT, "manifest.jsonl"]
+
+
+def test_a_symlink_index_html_is_refused_and_not_followed(tmp_path):
+    out = make_out(tmp_path / "out", sample_records(), pictures=False)
+    elsewhere = tmp_path / "elsewhere.html"
+    elsewhere.write_text(GENERATOR_MARK)  # even one that looks like ours
+    (out / REPORT).symlink_to(elsewhere)
+    with pytest.raises(ReportError, match="symbolic link"):
+        write_report(out)
+    assert (out / REPORT).is_symlink() and elsewhere.read_text() == GENERATOR_MARK
+
+
+def test_a_folder_named_index_html_is_refused(tmp_path):
+    out = make_out(tmp_path / "out", sample_records(), pictures=False)
+    (out / REPORT).mkdir()
+    with pytest.raises(ReportError, match="not a regular file"):
+        write_report(out)
+
+
+@pytest.mark.parametrize("contents, manifest, fragment", [
+    (None, "manifest.jsonl", "no manifest"),
+    (b'{"input": "a"}\nnot json\n', "manifest.jsonl", "not a manifest"),
+    (b"[1]\n", "manifest.jsonl", "not a manifest"),
+    (b"", "../manifest.jsonl", "expected a file name inside"),
+])
+def test_a_missing_or_bad_manifest_is_refused(tmp_path, contents, manifest, fragment):
+    out = tmp_path / "out"
+    out.mkdir()
+    if contents is not None:
+        (out / "manifest.jsonl").write_bytes(contents)
+    with pytest.raises(ReportError, match=fragment):
+        write_report(out, manifest)
+    assert not (out / REPORT).exists()
+
+
+# -- the commands --------------------------------------------------------------------------------
+
+
+def test_report_command_writes_the_page(tmp_path):
+    out = make_out(tmp_path / "out", sample_records(), pictures=False)
+    result = run_cli("report", out, code=0)
+    assert result.stdout == ""
+    assert result.stderr == f"report: {out / REPORT} (7 inputs)\n"
+    assert is_own_report(out / REPORT)
+
+
+def test_report_command_reads_another_manifest(tmp_path):
+    out = make_out(tmp_path / "out", sample_records(), pictures=False)
+    os.rename(out / "manifest.jsonl", out / "manifest-0-of-2.jsonl")
+    result = run_cli("report", out, "--manifest", "manifest-0-of-2.jsonl", code=0)
+    assert result.stderr.endswith("(7 inputs)\n")
+    assert "from manifest-0-of-2.jsonl" not in (out / REPORT).read_text()  # drawn by the script
+    assert '"source":"manifest-0-of-2.jsonl"' in (out / REPORT).read_text()
+
+
+def test_report_command_errors_are_one_line(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    assert_one_line_error(run_cli("report", out), "no manifest to report on")
+    make_out(out, sample_records(), pictures=False)
+    (out / REPORT).write_text("mine")
+    assert_one_line_error(run_cli("report", out), "not written by guidedbp")
+    assert (out / REPORT).read_text() == "mine"
+
+
+def test_merge_manifests_rebuilds_the_report(tmp_path):
+    out = tmp_path / "out"
+    items = sample_records()
+    make_out(out, items, pictures=False)
+    (out / "manifest.jsonl").unlink()
+    for index, part in enumerate((items[:3], items[3:])):
+        (out / f"manifest-{index}-of-2.jsonl").write_text(
+            "".join(json.dumps(item) + "\n" for item in part))
+    result = run_cli("merge-manifests", out, code=0)
+    assert result.stderr.splitlines()[-1] == f"report: {out / REPORT} (7 inputs)"
+    assert json.loads(data_block((out / REPORT).read_text())) == report_data(items)
+    (out / REPORT).write_text("mine")  # a refused report does not fail the merge
+    result = run_cli("merge-manifests", out, code=0)
+    assert result.stderr.splitlines()[-1].startswith("warning: no report: ")
+    assert (out / REPORT).read_text() == "mine"
+
+
+# -- the page in a browser -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sample_out(tmp_path_factory) -> Path:
+    out = make_out(tmp_path_factory.mktemp("sample") / "out", sample_records())
+    write_report(out)
+    return out
+
+
+def open_report(page, out: Path, hash_: str = "") -> None:
+    """Load OUT's report afresh (not as a same-document hash change) at view ``hash_``."""
+    page.navigate("about:blank")
+    page.navigate((out / REPORT).as_uri() + hash_)
+    page.wait_for("document.body.dataset.ready === 'true'")
+
+
+def act(page, script: str) -> None:
+    """Run ``script`` in the page and wait until the page has drawn its rows again."""
+    page.evaluate("delete document.body.dataset.ready")
+    page.evaluate(script)
+    page.wait_for("document.body.dataset.ready === 'true'")
+
+
+def choose(page, control: str, value: str) -> None:
+    """Pick ``value`` in the select ``#control``, as a user would (a change event)."""
+    act(page, f"(() => {{ const s = document.getElementById({json.dumps(control)});"
+              f" s.value = {json.dumps(value)};"
+              " s.dispatchEvent(new Event('change', {bubbles: true})); })()")
+
+
+ROWS = """[...document.querySelectorAll('#rows tr.row')].map(r => ({
+    input: r.querySelector('td.input .name').textContent, status: r.dataset.status,
+    cls: r.dataset.class, classes: r.dataset.classes, score: r.dataset.score,
+    reason: r.querySelector('td.reason') ? r.querySelector('td.reason').textContent : null}))"""
+
+
+def rows(page) -> list[dict]:
+    return page.evaluate(ROWS)
+
+
+def test_the_page_lists_every_record(page, sample_out):
+    open_report(page, sample_out)
+    shown = rows(page)
+    items = sample_records()
+    assert [row["input"] for row in shown] == [item["input"] for item in items]
+    assert [row["status"] for row in shown] == [item["status"] for item in items]
+    assert shown[0]["classes"] == "3 1" and shown[0]["score"] == "0.91"
+    assert page.evaluate("[...document.querySelectorAll('#rows th')].map(t => t.textContent)") \
+        == ["#", "input", "status", "class", "score", *COLUMNS]
+    assert page.evaluate("document.getElementById('summary').textContent") == (
+        "7 inputs: 4 ok, 2 failed, 1 skipped \u00b7 methods guided, gradcam \u00b7 4 classes"
+        " \u00b7 from manifest.jsonl")
+    assert page.evaluate("document.querySelector('#pager .count').textContent") \
+        == "rows 1\u20137 of 7"
+    # the first record has two classes: two table rows, 4 thumbnails each
+    assert page.evaluate("document.querySelector('#rows tbody.record').rows.length") == 2
+    assert page.evaluate("document.querySelectorAll('#rows tbody.record')[0]"
+                         ".querySelectorAll('td.thumb img').length") == 8
+    assert page.evaluate("document.querySelector('#rows tr.target td.class').textContent") \
+        == "square#1"
+
+
+def test_status_filter_shows_the_errors_and_their_reasons(page, sample_out):
+    open_report(page, sample_out)
+    choose(page, "status-filter", "error")
+    assert page.evaluate("location.hash") == "#status=error"
+    shown = rows(page)
+    assert [(row["input"], row["status"], row["reason"]) for row in shown] == [
+        ("broken.png", "error", "not a readable image (cannot identify image file)"),
+        ("huge.png", "error", MARKUP_REASON)]
+    assert page.evaluate("document.querySelector('#pager .count').textContent") \
+        == "rows 1\u20132 of 2 (7 in all)"
+    choose(page, "status-filter", "all")
+    assert len(rows(page)) == 7 and page.evaluate("location.hash") in ("", "#")
+
+
+def test_class_filter_keeps_records_with_that_class(page, sample_out):
+    open_report(page, sample_out)
+    options = page.evaluate("[...document.getElementById('class-filter').options]"
+                            ".map(o => [o.value, o.textContent])")
+    assert options == [["", "all classes"], ["0", "class 0"], ["1", "square (1)"],
+                       ["2", "star <b> (2)"], ["3", "circle (3)"]]
+    choose(page, "class-filter", "1")
+    assert page.evaluate("location.hash") == "#class=1"
+    shown = rows(page)
+    assert [row["input"] for row in shown] == ["photos/cat 1.jpg", "photos/a#b%c?d.jpg"]
+    assert [row["cls"] for row in shown] == ["1", "1"]  # the filtered class's target
+    assert [row["score"] for row in shown] == ["0.05", "0.62"]
+    # of several classes, the filtered one is marked
+    assert page.evaluate("[...document.querySelectorAll('#rows tr.match')].map(r => "
+                         "r.querySelector('td.class').textContent)") == ["square#1"]
+
+
+def test_sort_by_score_and_by_name(page, sample_out):
+    open_report(page, sample_out)
+    choose(page, "sort", "score-desc")
+    scores = [row["score"] for row in rows(page)]
+    assert scores == ["0.99", "0.91", "0.62", "0.4", "0.33", "", ""]  # no score: last
+    assert rows(page)[0]["input"] == "zeta.png"
+    choose(page, "sort", "score-asc")
+    assert [row["score"] for row in rows(page)] == ["0.33", "0.4", "0.62", "0.91", "0.99", "",
+                                                    ""]
+    choose(page, "sort", "name")
+    assert [row["input"] for row in rows(page)] == sorted(
+        (item["input"] for item in sample_records()), key=lambda name: name.lower())
+    assert page.evaluate("location.hash") == "#sort=name"
+
+
+def test_search_and_a_shared_view_from_the_hash(page, sample_out):
+    open_report(page, sample_out)
+    act(page, "(() => { const s = document.getElementById('search'); s.value = 'PHOTOS';"
+              " s.dispatchEvent(new Event('input', {bubbles: true})); })()")
+    assert [row["input"] for row in rows(page)] == ["photos/cat 1.jpg", "photos/a#b%c?d.jpg"]
+    assert page.evaluate("location.hash") == "#q=PHOTOS"
+    # a view opened from its URL: the controls follow the hash
+    open_report(page, sample_out, "#status=ok&class=3&sort=score-asc&q=.")
+    assert [row["input"] for row in rows(page)] == ["photos/cat 1.jpg", "zeta.png"]
+    assert page.evaluate("['status-filter', 'class-filter', 'sort', 'search']"
+                         ".map(id => document.getElementById(id).value)") \
+        == ["ok", "3", "score-asc", "."]
+    act(page, "location.hash = '#status=skipped'")  # back/forward and edits: hashchange
+    assert [row["input"] for row in rows(page)] == ["old.png"]
+    open_report(page, sample_out, "#status=bogus&class=99&page=-3&sort=x")
+    assert len(rows(page)) == 7
+
+
+def test_thumbnails_link_to_their_files_and_load(page, sample_out):
+    open_report(page, sample_out)
+    page.wait_for("[...document.querySelectorAll('#rows img')].every(i => i.complete)")
+    links = page.evaluate("[...document.querySelectorAll('#rows td.thumb a')].map(a => "
+                          "[new URL(a.getAttribute('href'), location).href, "
+                          "a.querySelector('img').naturalWidth, a.title])")
+    expected = [path for item in sample_records() for entry in item["targets"]
+                for path in entry["outputs"].values()]
+    assert len(links) == len(expected) == 24
+    for (url, width, title), relative in zip(links, expected):
+        parts = urlsplit(url)
+        assert parts.scheme == "file" and not parts.query and not parts.fragment, url
+        assert Path(unquote(parts.path)) == sample_out / relative, url
+        assert (sample_out / relative).is_file() and width == 24, (url, width)
+        assert title in COLUMNS
+    assert page.evaluate("document.querySelectorAll('#rows a.missing').length") == 0
+
+
+def test_hostile_names_are_text_and_run_nothing(page, sample_out, browser):
+    open_report(page, sample_out)
+    assert page.evaluate("document.querySelectorAll('script').length") == 2
+    assert page.evaluate("document.querySelectorAll('#rows script, #rows b, img[src=x]')"
+                         ".length") == 0
+    names = [row["input"] for row in rows(page)]
+    assert HOSTILE in names and rows(page)[4]["reason"] == MARKUP_REASON
+    assert page.evaluate("window.pwned === undefined")
+    assert page.evaluate("document.querySelectorAll('#rows tr.row')[2]"
+                         ".querySelector('td.class').textContent") == "star <b>#2"
+    assert page.events("Page.javascriptDialogOpening") == []
+    assert page.events("Runtime.exceptionThrown") == []
+
+
+def test_the_page_makes_no_network_request(page, sample_out):
+    open_report(page, sample_out)
+    page.wait_for("[...document.querySelectorAll('#rows img')].every(i => i.complete)")
+    requested = [event["params"]["request"]["url"]
+                 for event in page.events("Network.requestWillBeSent")]
+    # Chromium keeps no resource timing for file: pages; the list is checked all the same.
+    resources = page.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
+    assert len(requested) > 24  # the page and its thumbnails
+    assert all(url.startswith("file:") for url in requested + resources), requested + resources
+
+
+def test_a_screenshot_shows_the_page(page, sample_out, tmp_path):
+    open_report(page, sample_out)
+    page.wait_for("[...document.querySelectorAll('#rows img')].every(i => i.complete)")
+    path = page.screenshot(tmp_path / "report.png")
+    with Image.open(path) as image:
+        image.load()
+        assert image.size == WINDOW
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 16)
+    assert colours is None or len(colours) > 50, "the screenshot is (nearly) blank"
+
+
+# -- ten thousand records ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def big_out(tmp_path_factory) -> tuple[Path, float]:
+    """OUT with 10,000 records (pictures shared: four files), and the seconds write_report
+    took for it."""
+    out = tmp_path_factory.mktemp("big") / "out"
+    shared = [target("shared.png", 1, "square", 0.5)]
+    make_out(out, [record("shared.png", targets=shared)])
+    rng = np.random.default_rng(0)
+    items = []
+    for index in range(10_000):
+        if index % 97 == 5:
+            items.append(record(f"images/{index:05d}.png", "error", "not a readable image"))
+            continue
+        entry = dict(shared[0], **{"class": int(index % 10), "label": f"class-{index % 10}",
+                                   "score": round(float(rng.random()), 6)})
+        items.append(record(f"images/{index:05d}.png", targets=[entry]))
+    (out / "manifest.jsonl").write_text("".join(json.dumps(item) + "\n" for item in items))
+    start = time.perf_counter()
+    write_report(out)
+    return out, time.perf_counter() - start
+
+
+def test_ten_thousand_records_are_written_quickly(big_out):
+    out, seconds = big_out
+    print(f"write_report: 10,000 records in {seconds:.2f} s, "
+          f"{(out / REPORT).stat().st_size / 1e6:.1f} MB")
+    assert seconds < 30
+
+
+def test_ten_thousand_records_show_one_page_at_a_time(page, big_out):
+    out, _ = big_out
+    start = time.perf_counter()
+    open_report(page, out)
+    seconds = time.perf_counter() - start
+    print(f"10,000 records: first page drawn {seconds:.2f} s after navigating")
+    assert seconds < 15
+    assert page.evaluate("document.querySelectorAll('#rows tr.row').length") == 100
+    assert page.evaluate("document.querySelector('#pager .count').textContent") \
+        == "rows 1\u2013100 of 10,000"
+    assert page.evaluate("document.querySelector('#pager .page').textContent") \
+        == "page 1 of 100"
+    assert page.evaluate("[...document.querySelectorAll('#rows img')].every(i => i.loading"
+                         " === 'lazy')")
+    act(page, "document.querySelector('#pager button.next').click()")
+    assert page.evaluate("location.hash") == "#page=2"
+    assert page.evaluate("document.querySelector('#rows tr.row').dataset.index") == "101"
+    act(page, "document.querySelector('#pager-bottom button.last').click()")
+    assert page.evaluate("document.querySelector('#pager .count').textContent") \
+        == "rows 9,901\u201310,000 of 10,000"
+    start = time.perf_counter()
+    choose(page, "sort", "score-desc")
+    print(f"10,000 records: sorted by score in {time.perf_counter() - start:.2f} s")
+    scores = [float(row["score"]) for row in rows(page)]
+    assert len(scores) == 100 and scores == sorted(scores, reverse=True)
+    choose(page, "status-filter", "error")
+    errors = sum(1 for index in range(10_000) if index % 97 == 5)
+    assert page.evaluate("document.querySelector('#pager .count').textContent") \
+        == f"rows 1\u2013100 of {errors} (10,000 in all)"
+    assert {row["status"] for row in rows(page)} == {"error"}
