@@ -16,6 +16,12 @@
 - memory-big: peak RSS of ``guidedbp explain`` on one PNG of 1 megapixel and on one
   of 81 megapixels (9000 x 9000, a few hundred KB), same small model, default renders
   (separate processes): memory must follow the batch, not the image's size.
+- callback: ``guidedbp.keras.SaliencyCallback`` at one epoch's end on the bundled demo
+  CNN (16 images, guided and Grad-CAM): the time training waits (the explain pass) and
+  the whole work (with the drawing, PNG encoding and logging done in the background),
+  each against one plain ``Explainer`` call on the same images; median of alternating
+  rounds.
+- report: writing ``OUT/index.html`` from a manifest of 10,000 records.
 """
 
 from __future__ import annotations
@@ -353,13 +359,85 @@ def memory_big(folder: str) -> None:
           f"(target <= {BIG_IMAGE_EXTRA / 1e9:.1f} GB {verdict})")
 
 
+#: The most the callback's epoch may cost, over one plain Explainer call.
+CALLBACK_TARGET = 1.2
+
+
+def callback_cost(folder: str, rounds: int = 15, count: int = 16) -> None:
+    import guidedbp
+    from guidedbp.engine.explainer import Explainer as EngineExplainer
+    from guidedbp.keras import SaliencyCallback
+
+    model = guidedbp.load_model("demo").model  # the bundled shapes CNN, 96x96
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (count, 96, 96, 3)).astype("float32")
+    methods = ("guided", "gradcam")
+    callback = SaliencyCallback(images, methods, log_dir=os.path.join(folder, "logs"))
+    callback.set_model(model)
+    callback.on_train_begin()
+    plain = EngineExplainer(model, methods)
+    plain.explain(images)  # both warmed up: traced and run once
+    callback.on_epoch_end(0)
+    callback.wait()
+    blocking, total, plain_times = [], [], []
+    for epoch in range(1, rounds + 1):
+        blocking.append(timed(callback.on_epoch_end, epoch))  # what training waits for
+        total.append(blocking[-1] + timed(callback.wait))  # + drawing and writing
+        plain_times.append(timed(plain.explain, images))
+    callback.on_train_end()
+    ratio = statistics.median(b / p for b, p in zip(blocking, plain_times))
+    work = statistics.median(t / p for t, p in zip(total, plain_times))
+    verdict = "met" if ratio <= CALLBACK_TARGET else "NOT met"
+    print(f"SaliencyCallback, demo CNN 96x96, {count} images, {','.join(methods)}: training "
+          f"waits {statistics.median(blocking) * 1000:.0f} ms per epoch vs one Explainer call "
+          f"{statistics.median(plain_times) * 1000:.0f} ms: {ratio:.2f}x (target <= "
+          f"{CALLBACK_TARGET} {verdict}); with the background drawing and writing "
+          f"{work:.2f}x; traces: {callback.explainer.trace_count}")
+
+
+#: Seconds the report of 10,000 records may take to write.
+REPORT_TARGET = 5.0
+
+
+def report_time(folder: str, count: int = 10_000) -> None:
+    import json
+
+    from guidedbp.io.report import write_report
+
+    output = os.path.join(folder, "report")
+    os.makedirs(output)
+    methods = ("guided", "gradcam")
+    with open(os.path.join(output, "manifest.jsonl"), "w", encoding="utf-8") as manifest:
+        for index in range(count):
+            name = f"photos/{index // 100:03d}/image-{index:05d}.jpg"
+            failed = index % 50 == 7
+            outputs = {} if failed else {f"{m}.{r}": f"{name}.{m}.{r}.png"
+                                         for m in methods for r in ("color", "overlay")}
+            target = {"class": index % 1000, "label": f"class {index % 1000}",
+                      "score": round((index * 7919 % 10007) / 10007, 6), "outputs": outputs,
+                      "raw": None}
+            manifest.write(json.dumps({
+                "input": name, "status": "error" if failed else "ok",
+                "error": "cannot identify image file" if failed else None,
+                **({k: None for k in ("class", "label", "score")} if failed else
+                   {k: target[k] for k in ("class", "label", "score")}),
+                "method": ",".join(methods), "outputs": outputs, "raw": None,
+                "targets": [] if failed else [target]}) + "\n")
+    seconds = timed(write_report, output)
+    size = os.path.getsize(os.path.join(output, "index.html"))
+    verdict = "met" if seconds < REPORT_TARGET else "NOT met"
+    print(f"report of {count:,} manifest records: {seconds:.2f} s, index.html "
+          f"{size / 2**20:.1f} MiB (target < {REPORT_TARGET:.0f} s {verdict})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--only", choices=["engine", "savedmodel", "methods", "end-to-end",
-                                           "memory", "memory-big", "ray"])
+                                           "memory", "memory-big", "ray", "callback",
+                                           "report"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="guidedbp-bench-") as folder:
         if args.only in (None, "engine"):
@@ -374,6 +452,10 @@ def main() -> None:
             memory(folder)
         if args.only in (None, "memory-big"):
             memory_big(folder)
+        if args.only in (None, "callback"):
+            callback_cost(folder)
+        if args.only in (None, "report"):
+            report_time(folder)
         if args.only in (None, "ray"):
             ray_engine(folder)
 

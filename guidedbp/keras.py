@@ -6,7 +6,8 @@ epochs and writes each method's map of each image as a TensorBoard image: the sa
 pictures ``guidedbp`` writes as PNGs (:func:`guidedbp.render.render`). It traces the
 engine's function once, at the start of training, and reuses it: the traced function
 reads the model's variables by reference, so every epoch's maps come from that
-epoch's weights at the cost of one explain pass.
+epoch's weights at the cost of one explain pass. Drawing, encoding and writing the
+pictures happen on a background thread while the next epoch trains.
 
 The summaries are written with ``tf.summary.write`` in the format of TensorBoard's
 image plugin (``tensorboard/plugins/image/summary_v2.py``: a string tensor
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import keras
 import numpy as np
@@ -178,6 +180,8 @@ class SaliencyCallback(keras.callbacks.Callback):
         self.last: Explanation | None = None
         self._writer = None
         self._pictures_logged = False
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future | None = None
 
     # -- Keras hooks ------------------------------------------------------------------------
 
@@ -192,10 +196,17 @@ class SaliencyCallback(keras.callbacks.Callback):
         self.close()
 
     def close(self) -> None:
-        """Close the event file (the end of training does; :meth:`log` opens a new one)."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        """Wait for the last pictures and close the event file (the end of training does;
+        :meth:`log` opens a new one)."""
+        try:
+            self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
 
     # -- logging ----------------------------------------------------------------------------
 
@@ -224,15 +235,36 @@ class SaliencyCallback(keras.callbacks.Callback):
         ``step``. The epoch hook calls it; call it yourself to log outside ``fit``
         (after ``set_model(model)`` when the callback has not been to ``fit`` yet).
 
+        The maps are computed here, from the weights of this moment; drawing, encoding
+        and writing them happen on a background thread while training goes on (one
+        epoch's pictures at a time: the next :meth:`log` waits for the previous one,
+        and :meth:`close`, at the end of training, for the last).
+
         Returns:
-            The explanation the pictures were drawn from.
+            The explanation the pictures are drawn from.
 
         Raises:
             ValueError: (:class:`~guidedbp.errors.ArgumentError`) Without a model, or
                 when the first trace finds a class out of range or images the model
                 cannot take.
+            OSError: When the previous epoch's pictures could not be written.
         """
         explanation = self._prepare().explain(self.images, self.classes)
+        self.wait()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="guidedbp-callback")
+        self._pending = self._pool.submit(self._publish, step, explanation)
+        self.last = explanation
+        return explanation
+
+    def wait(self) -> None:
+        """Wait until the pictures of every logged step are written; re-raise a failure."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _publish(self, step: int, explanation: Explanation) -> None:
+        """Draw one step's pictures and write them to TensorBoard and ``png_dir``."""
         pictures = self.draw(explanation)
         if self.log_dir is not None:
             if self._writer is None:  # closed at the end of training; reopened for more
@@ -252,8 +284,6 @@ class SaliencyCallback(keras.callbacks.Callback):
             for (name, index), picture in pictures.items():
                 save_png(os.path.join(folder, f"{self._image_name(index)}.{name}."
                                               f"{self.renders[name]}.png"), picture)
-        self.last = explanation
-        return explanation
 
     def draw(self, explanation: Explanation) -> dict[tuple[str, int], np.ndarray]:
         """The ``uint8`` picture of each method's map of each image, by ``(method, index)``:

@@ -138,7 +138,6 @@ def expected_pictures(run: Run, epoch: int, methods, classes, renders) -> dict:
 
 
 def test_tensorboard_sees_one_image_per_method_image_and_epoch(run):
-    pytest.importorskip("tensorboard")
     logged = read_images(run.root / "logs")
     assert set(logged) == {"guidedbp", "fixed"}
     names = [f"image-{index:02d}" for index in range(LOGGED)]
@@ -154,7 +153,6 @@ def test_tensorboard_sees_one_image_per_method_image_and_epoch(run):
 
 
 def test_logged_pictures_are_the_maps_of_each_epochs_weights(run):
-    pytest.importorskip("tensorboard")
     logged = read_images(run.root / "logs")["guidedbp"]
     renders = {"guided": "color", "gradcam": "overlay"}
     for epoch in range(EPOCHS):
@@ -174,7 +172,6 @@ def test_logged_pictures_are_the_maps_of_each_epochs_weights(run):
 
 
 def test_fixed_class_every_second_epoch(run):
-    pytest.importorskip("tensorboard")
     logged = read_images(run.root / "logs")["fixed"]
     assert run.fixed.last.targets.tolist() == [1] * LOGGED
     for epoch in (0, 2):
@@ -186,7 +183,6 @@ def test_fixed_class_every_second_epoch(run):
 
 
 def test_png_files_are_the_logged_images(run):
-    pytest.importorskip("tensorboard")
     logged = read_images(run.root / "logs")["guidedbp"]
     folder = run.root / "png"
     assert sorted(os.listdir(folder)) == ["step-0000", "step-0001", "step-0002"]
@@ -207,7 +203,6 @@ def test_one_trace_for_every_epoch(run):
 
 
 def test_log_outside_fit_uses_the_current_weights(run, tmp_path):
-    pytest.importorskip("tensorboard")
     callback = SaliencyCallback(run.images, "guided", log_dir=tmp_path, run=None)
     with pytest.raises(ArgumentError, match="no model yet"):
         callback.log(0)
@@ -221,9 +216,28 @@ def test_log_outside_fit_uses_the_current_weights(run, tmp_path):
                                   expected["guided", 1])
 
 
+def test_pictures_are_written_in_the_background_and_failures_surface(run, tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_bytes(b"a file where png_dir's step folders should go")
+    callback = SaliencyCallback(run.images, "guided", log_dir=None, png_dir=blocker)
+    callback.set_model(run.model)
+    explanation = callback.log(0)  # returns once the maps are computed
+    assert callback.last is explanation
+    with pytest.raises(OSError):
+        callback.close()  # the background write failed: the end of training says so
+    assert blocker.read_bytes() == b"a file where png_dir's step folders should go"
+    # A later log() waits for the previous step's pictures before it starts the next.
+    folder = tmp_path / "pngs"
+    callback = SaliencyCallback(run.images, "guided", log_dir=None, png_dir=folder)
+    callback.set_model(run.model)
+    callback.log(0)
+    callback.log(1)
+    callback.close()
+    assert sorted(p.name for p in folder.iterdir()) == ["step-0000", "step-0001"]
+
+
 def test_summaries_match_tensorboards_own_image_summary(tmp_path):
     """The hand-written format is what ``tf.summary.image`` (tensorboard's) writes."""
-    pytest.importorskip("tensorboard")
     from guidedbp.keras import _write_image
 
     picture = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3) * 14
@@ -262,7 +276,6 @@ def test_works_without_tensorboard_installed(tmp_path):
                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert process.returncode == 0, process.stderr
     assert json.loads(process.stdout.splitlines()[-1]) == 1  # one trace over two fits
-    pytest.importorskip("tensorboard")
     logged = read_images(tmp_path)["guidedbp"]
     assert [row[0] for row in logged["guided/image-00"]] == [0, 1, 2]
 

@@ -429,6 +429,22 @@ def test_thumbnails_link_to_their_files_and_load(page, sample_out):
     assert page.evaluate("document.querySelectorAll('#rows a.missing').length") == 0
 
 
+def test_figures_are_links_not_pictures(page, tmp_path):
+    item = record("shape.png", targets=[target("shape.png", 3, "circle", 0.9)])
+    item["targets"][0]["outputs"]["figure"] = "shape.png.figure.pdf"
+    out = make_out(tmp_path / "out", [item])
+    (out / "shape.png.figure.pdf").write_bytes(b"%PDF-1.4\n%%EOF\n")
+    write_report(out)
+    open_report(page, out)
+    cells = page.evaluate("[...document.querySelectorAll('#rows td.thumb a')].map(a => "
+                          "[a.getAttribute('href'), a.title, a.textContent, "
+                          "a.querySelectorAll('img').length])")
+    assert cells[-1] == ["shape.png.figure.pdf", "figure", "PDF", 0]
+    assert [cell[3] for cell in cells[:-1]] == [1] * len(COLUMNS)
+    assert page.evaluate("[...document.querySelectorAll('#rows thead th, #rows th')]"
+                         ".some(th => th.textContent === 'figure')")
+
+
 def test_hostile_names_are_text_and_run_nothing(page, sample_out, browser):
     open_report(page, sample_out)
     assert page.evaluate("document.querySelectorAll('script').length") == 2

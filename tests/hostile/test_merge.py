@@ -137,10 +137,11 @@ def test_a_good_merge_replaces_the_old_manifest(tmp_path):
     out = make_out(tmp_path, {"manifest-0-of-2.jsonl": line("b") + b"\n",
                               "manifest-1-of-2.jsonl": line("c") + line("a")})
     result = run_cli("merge-manifests", out, code=0)
-    assert result.stderr == f"3 records from 2 shards -> {out / 'manifest.jsonl'}\n"
+    assert result.stderr == (f"3 records from 2 shards -> {out / 'manifest.jsonl'}\n"
+                             f"report: {out / 'index.html'} (3 inputs)\n")
     assert (out / "manifest.jsonl").read_bytes() == line("b") + line("c") + line("a")
-    assert sorted(os.listdir(out)) == ["manifest-0-of-2.jsonl", "manifest-1-of-2.jsonl",
-                                       "manifest.jsonl"]
+    assert sorted(os.listdir(out)) == ["index.html", "manifest-0-of-2.jsonl",
+                                       "manifest-1-of-2.jsonl", "manifest.jsonl"]
 
 
 def test_a_merge_replaces_a_symlink_and_not_what_it_points_to(tmp_path):
