@@ -163,7 +163,7 @@ def test_summary_counts_and_lists_failures(full, tree):
     assert lines[0].startswith(
         f"{len(tree.good)} explained, {len(tree.bad)} failed, "
         f"{len(tree.passed_over)} other files passed over in ")
-    assert lines[0].endswith(f"maps and manifest.jsonl in {full.out}/")
+    assert lines[0].endswith(f"maps, manifest.jsonl and index.html in {full.out}/")
     failed = sorted(lines[1:])
     assert failed == sorted(f"  failed: {tree.path(name)}: {full.inputs[name]['error']}"
                             for name in tree.bad)
@@ -191,7 +191,7 @@ def test_outputs_sit_at_the_input_paths(full, tree):
 
 
 def test_out_holds_the_manifest_and_the_listed_outputs_only(full):
-    listed = {"manifest.jsonl"}
+    listed = {"manifest.jsonl", "index.html"}
     for record in full.records:
         listed.update(record["outputs"].values())
         if record["raw"]:
@@ -280,7 +280,7 @@ def test_default_output_folder_is_guidedbp_out(tree, tiny, tmp_path, monkeypatch
     assert sorted(snapshot(tmp_path / "guidedbp-out")) == [
         "a/cat.jpg.guided.color.png", "a/cat.jpg.guided.overlay.png",  # default renders
         "b/cat.jpg.guided.color.png", "b/cat.jpg.guided.overlay.png",
-        "manifest.jsonl",
+        "index.html", "manifest.jsonl",
     ]
     assert snapshot(tree.root) == before
 
@@ -314,7 +314,7 @@ def test_output_folder_inside_the_input_is_not_taken_as_input(tiny, tmp_path, mo
         assert result.exit_code == 0, result.output
         assert [Path(r["input"]).name for r in records_of(photos / "sub")] == ["y.png"]
     assert sorted(snapshot(photos / "sub")) == [
-        "manifest.jsonl", "photos/sub/y.png.guided.color.png",
+        "index.html", "manifest.jsonl", "photos/sub/y.png.guided.color.png",
         "photos/sub/y.png.guided.overlay.png", "y.png"]
 
 
@@ -532,7 +532,7 @@ def test_fail_fast_stops_at_the_first_bad_input(tree, tiny, tmp_path, batch_size
         (tree.path("bad/empty.jpg"), "error", EMPTY),
     ]
     assert sorted(snapshot(tmp_path)) == sorted([
-        "manifest.jsonl", *(f"{stem(tree, name)}.guided.{render}.png"
+        "manifest.jsonl", "index.html", *(f"{stem(tree, name)}.guided.{render}.png"
                             for name in ("top.png", "a/cat.jpg")
                             for render in ("color", "overlay"))])
     assert f"failed: {tree.path('bad/empty.jpg')}: empty file" in result.stderr

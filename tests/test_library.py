@@ -229,7 +229,7 @@ def test_explain_files_writes_what_the_command_writes(workspace, tmp_path):
                             raw=True, load={"labels": str(labels)})
     assert (summary.done, summary.failures, summary.exit_code) == (3, [], 0)
     cli, api = _files(tmp_path / "cli"), _files(tmp_path / "api")
-    assert len(cli) == 1 + 3 * 2 * (2 * 1 + 1 + 2)  # manifest; 3 images x 2 classes x files
+    assert len(cli) == 2 + 3 * 2 * (2 * 1 + 1 + 2)  # manifest, page; 3 images x 2 classes
     assert cli.keys() == api.keys()
     assert [name for name in cli if cli[name] != api[name]] == []  # the manifest too
     records = read_manifest(tmp_path / "api" / "manifest.jsonl")

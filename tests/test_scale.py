@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from guidedbp.io.inputs import InputItem, collect_inputs
 from guidedbp.io.manifest import read_manifest
+from guidedbp.io.report import REPORT, report_html
 from guidedbp.io.shard import (
     ShardError,
     manifest_name,
@@ -43,9 +44,10 @@ OPTIONS = ("--raw", "--render", "color,gray,heatmap,overlay,panel", "--batch-siz
 
 
 def digests(out: Path) -> dict[str, str]:
-    """sha256 of every map (PNG, npy) under ``out``."""
+    """sha256 of every map (PNG, npy) under ``out``: not the manifests, not the page (which
+    lists the records in the manifest's order)."""
     return {name: facts[2] for name, facts in snapshot(out).items()
-            if not name.endswith(".jsonl")}
+            if not name.endswith(".jsonl") and name != REPORT}
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +200,8 @@ def test_all_shards_merged_equal_one_unsharded_run(local, model, tree, tmp_path,
     assert sorted(records, key=lambda r: r["input"]) == \
         sorted(local.records, key=lambda r: r["input"])
     assert digests(tmp_path) == local.files  # the same files, byte for byte
+    # merge-manifests wrote the page of the merged manifest.
+    assert (tmp_path / REPORT).read_text(encoding="utf-8") == report_html(records)
     stems = {item.path: item.output_stem for item in collect_inputs([str(tree.root)]).items}
     for index in range(count):  # each shard's manifest lists its own inputs only
         shard = read_manifest(tmp_path / manifest_name(index, count))

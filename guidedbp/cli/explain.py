@@ -7,6 +7,7 @@ take their defaults and choices from those options.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -220,11 +221,11 @@ def print_summary(summary, quiet: bool = False) -> None:
         if summary.passed_over:
             parts.append(f"{plural(summary.passed_over, 'other file')} passed over")
         state = "interrupted: " if summary.interrupted else ""
+        written = f"maps, {summary.manifest} and {os.path.basename(summary.report)}" \
+            if summary.report else f"maps and {summary.manifest}"
         click.echo(f"{state}{', '.join(parts)} in {summary.seconds:.1f} s ("
                    f"{summary.loading:.1f} s loading the model, {summary.done / working:.1f} "
-                   f"images/s); maps and {summary.manifest} in {summary.output}/", err=True)
-        if summary.report:
-            click.echo(f"browse the run: {summary.report}", err=True)
+                   f"images/s); {written} in {summary.output}/", err=True)
     for path, reason in summary.failures[:20]:
         click.echo(f"  failed: {path}: {reason}", err=True)
     if len(summary.failures) > 20:

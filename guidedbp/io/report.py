@@ -202,19 +202,23 @@ def _digest(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-def report_html(records: list[dict], *, title: str = "guidedbp report",
+def report_html(records: list[dict], *, title: str | None = None,
                 source: str = "manifest.jsonl") -> str:
     """The page for ``records`` (see :func:`report_data`), as text; the same records give
     the same text.
 
     Args:
         records: Manifest records, in order.
-        title: The page's title and heading (plain text; escaped here).
+        title: The page's title and heading (plain text; escaped here); ``None``:
+            "guidedbp report" and, added by the page itself, the name of the folder it
+            is opened from.
         source: The manifest's file name, shown in the summary line.
     """
     template, style, script, policy = _assets()
-    return template.format(mark=GENERATOR_MARK, policy=policy, title=html.escape(title),
-                           style=style, script=script,
+    named = "folder" if title is None else "given"
+    return template.format(mark=GENERATOR_MARK, policy=policy,
+                           title=html.escape("guidedbp report" if title is None else title),
+                           named=named, style=style, script=script,
                            data=_script_json(report_data(records, source)))
 
 
@@ -287,12 +291,14 @@ def write_report(output: str | os.PathLike, manifest: str = "manifest.jsonl", *,
     """Write ``OUT/index.html``, a page to browse the records of ``OUT/<manifest>``.
 
     The page is written atomically (a temporary file renamed into place) and only
-    ever at ``OUT/index.html``.
+    ever at ``OUT/index.html``; a page that already holds these very bytes is left as it
+    is (its modification time too).
 
     Args:
         output: The run's output folder, OUT.
         manifest: The manifest's file name inside OUT.
-        title: The page's title; default ``"guidedbp report: <OUT's folder name>"``.
+        title: The page's title; default ``"guidedbp report: <its folder's name>"`` (the
+            page reads the name from its own address, so the bytes do not depend on it).
 
     Returns:
         The page's path, ``os.path.join(output, "index.html")``.
@@ -308,14 +314,25 @@ def write_report(output: str | os.PathLike, manifest: str = "manifest.jsonl", *,
     records = _read_records(output, manifest)
     target = os.path.join(output, REPORT)
     _check_target(target)
-    if title is None:
-        title = f"guidedbp report: {os.path.basename(os.path.abspath(output))}"
-    # A folder name that is not UTF-8 was read as surrogate escapes: show U+FFFD instead.
-    title = title.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    page = report_html(records, title=title, source=manifest)
+    if title is not None:  # a name that is not UTF-8 (surrogate escapes) shows U+FFFD
+        title = title.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    page = report_html(records, title=title, source=manifest).encode("utf-8")
+    if _same_bytes(target, page):  # a resumed run with nothing new leaves it untouched
+        return target
     try:
-        atomic_write_bytes(target, page.encode("utf-8"))
+        atomic_write_bytes(target, page)
     except OSError as error:
         raise ReportError(f"{target}: cannot write it ({one_line(error.strerror or error)})") \
             from None
     return target
+
+
+def _same_bytes(path: str, data: bytes) -> bool:
+    """Whether the regular file ``path`` (checked already) holds exactly ``data``."""
+    try:
+        if os.path.getsize(path) != len(data):
+            return False
+        with open(path, "rb") as handle:
+            return handle.read() == data
+    except OSError:
+        return False

@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -201,11 +202,12 @@ def _remove_chain(folder: Path) -> None:
 
 def test_a_second_run_on_a_busy_out_is_refused_and_a_killed_one_leaves_no_lock(model, here):
     make_flat(here / "flat", 200, size=(16, 16))
-    slow = ["--batch-size", "2", "--smooth", "40", "-q"]  # minutes: outlives the second run
+    slow = ["--batch-size", "2", "--smooth", "40", "-q"]
     first = subprocess.Popen(guidedbp_command("explain", model, "flat", "-o", "out", *slow),
                              env=subprocess_environment(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
     wait_for_lines(here / "out" / "manifest.jsonl", 2, first)
+    first.send_signal(signal.SIGSTOP)  # mid-run, holding its lock, however slow the second
     second = subprocess.run(guidedbp_command("explain", model, "flat", "-o", "out", "-q"),
                             env=subprocess_environment(), capture_output=True, text=True,
                             timeout=120)

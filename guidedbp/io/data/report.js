@@ -11,6 +11,18 @@
   var sortSelect = byId("sort"), search = byId("search"), table = byId("rows");
   var collator = new Intl.Collator(undefined, {numeric: true, sensitivity: "base"});
   var knownClasses = {}, lowerNames = null, cache = {key: null, list: null};
+  // The default title names the page's folder, read from its own address: the same run
+  // written into two folders gives the same bytes.
+  var heading = byId("title");
+  if (heading.dataset.named === "folder") {
+    var parts = location.pathname.split("/");
+    var folder = parts.length > 1 ? parts[parts.length - 2] : "";
+    try { folder = decodeURIComponent(folder); } catch (error) { /* keep it encoded */ }
+    if (folder) {
+      heading.textContent = heading.textContent + ": " + folder;
+      document.title = heading.textContent;
+    }
+  }
 
   function el(tag, className, text) {
     var node = document.createElement(tag);
