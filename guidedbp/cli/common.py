@@ -13,6 +13,7 @@ traceback. Library messages name Python parameters (``unsafe_deserialization=Tru
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -26,6 +27,7 @@ import click
 
 from guidedbp._text import one_line
 from guidedbp.engine.methods import METHODS, as_methods
+from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import GuidedbpError
 from guidedbp.models.preprocess import PREPROCESS_MODES, RESIZE_MODES
 from guidedbp.pipeline.options import RunOptions
@@ -69,6 +71,48 @@ def field_option(name: str, *declarations: str, **kwargs):
     shown = default is not None and default != () and default is not False
     kwargs.setdefault("show_default", shown)
     return click.option(*declarations, name, default=default, **kwargs)
+
+
+def described_method_fields() -> list[dataclasses.Field]:
+    """The method options that describe their own flag (``metadata["help"]``), in the
+    order of :class:`~guidedbp.engine.options.MethodOptions`' groups."""
+    fields = []
+    for group in dataclasses.fields(MethodOptions):
+        if dataclasses.is_dataclass(group.type) or isinstance(group.default_factory, type):
+            kind = group.default_factory
+            fields += [f for f in dataclasses.fields(kind) if f.metadata.get("help")]
+    return fields
+
+
+def method_flags(command):
+    """Add a flag for every described method option (:func:`described_method_fields`).
+
+    A field's metadata gives the help line and, optionally, ``metavar``, ``choices``,
+    ``min`` and ``max``; its default gives the type (an ``int`` default: a whole
+    number, a ``float``: a number, else text) and the default shown. So a method with
+    options of its own needs no edit here: its fields bring their flags.
+    """
+    for spec in reversed(described_method_fields()):
+        metadata = spec.metadata
+        default = default_of(spec.name)
+        if metadata.get("choices"):
+            kind = click.Choice(metadata["choices"])
+        elif isinstance(default, bool):
+            kind = bool
+        elif isinstance(default, int) or metadata.get("integer"):
+            kind = click.IntRange(metadata.get("min"), metadata.get("max"))
+        elif isinstance(default, float):
+            kind = click.FloatRange(metadata.get("min"), metadata.get("max"))
+        else:
+            kind = str
+        command = field_option(spec.name, f"--{spec.name.replace('_', '-')}", type=kind,
+                               metavar=metadata.get("metavar"), help=metadata["help"])(command)
+    return command
+
+
+def described_method_names() -> list[str]:
+    """Parameter names of the flags :func:`method_flags` adds, for help groups."""
+    return [spec.name for spec in described_method_fields()]
 
 
 def parse_methods(ctx, param, value: str) -> tuple[str, ...]:

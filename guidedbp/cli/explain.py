@@ -18,10 +18,12 @@ from guidedbp.cli.common import (
     GroupedCommand,
     UsageFailure,
     batch_size_option,
+    described_method_names,
     errors_handled,
     field_option,
     import_tensorflow,
     load_options,
+    method_flags,
     model_options,
     parse_comma_list,
     parse_methods,
@@ -35,8 +37,8 @@ from guidedbp.render.options import OUTPUT_SIZES
 
 #: --help's option groups, by parameter name.
 OPTION_GROUPS = [
-    ("Methods", ["methods", "layer", "upsample", "smooth", "noise", "seed", "steps",
-                 "baseline"]),
+    ("Methods", ["methods", *dict.fromkeys(["layer", "upsample", "smooth", "noise", "seed",
+                                            "steps", "baseline", *described_method_names()])]),
     ("Classes", ["classes", "top_k"]),
     ("Rendering", ["renders", "output_size", "cmap", "clip", "alpha", "tile"]),
     ("Inputs and model", ["recursive", "size", "resize", "signature", "input_key", "output_key",
@@ -104,6 +106,7 @@ file it did not write.""")
 @field_option("steps", "--steps", type=click.IntRange(min=1), help="Integrated-gradients steps.")
 @field_option("baseline", "--baseline", type=click.Choice(BASELINES),
               help="Integrated-gradients baseline.")
+@method_flags
 @field_option("renders", "--render", metavar="LIST", callback=parse_comma_list(RENDERS),
               help=f"Comma list of renders: {', '.join(RENDERS)}.")
 @field_option("classes", "--class", multiple=True, metavar="CLASS",
