@@ -16,6 +16,9 @@
 - memory-big: peak RSS of ``guidedbp explain`` on one PNG of 1 megapixel and on one
   of 81 megapixels (9000 x 9000, a few hundred KB), same small model, default renders
   (separate processes): memory must follow the batch, not the image's size.
+- costs: every method's time per image relative to guided backprop, on ResNet50
+  (``weights=None``), 224x224, batch 16, each method in an explainer of its own, warmed
+  up; perturbation methods (Score-CAM, occlusion) at their default settings.
 - callback: ``guidedbp.keras.SaliencyCallback`` at one epoch's end on the bundled demo
   CNN (16 images, guided and Grad-CAM): the time training waits (the explain pass) and
   the whole work (with the drawing, PNG encoding and logging done in the background),
@@ -359,6 +362,36 @@ def memory_big(folder: str) -> None:
           f"(target <= {BIG_IMAGE_EXTRA / 1e9:.1f} GB {verdict})")
 
 
+#: The most a many-forward-pass method (Score-CAM, occlusion) may cost, over guided.
+PERTURBATION_TARGET = 20.0
+
+
+def method_costs(rounds: int = 3, batch: int = 16) -> None:
+    from guidedbp import METHODS
+    from guidedbp.engine.methods import method
+
+    keras.utils.set_random_seed(0)
+    model = keras.applications.ResNet50(weights=None)
+    images = np.random.default_rng(0).normal(size=(batch, 224, 224, 3)).astype("float32")
+    seconds = {}
+    for name in METHODS:
+        explainer = Explainer(model, name, batch_size=batch)
+        explainer.explain(images)  # traced and run once
+        seconds[name] = statistics.median(timed(explainer.explain, images)
+                                          for _ in range(rounds)) / batch
+    guided = seconds["guided"]
+    print(f"cost per image relative to guided, ResNet50 weights=None, 224x224, batch {batch} "
+          f"(guided: {guided * 1000:.0f} ms per image):")
+    for name, value in seconds.items():
+        record = method(name)
+        many = record.perturbation
+        verdict = ""
+        if many:
+            verdict = (f" (target <= {PERTURBATION_TARGET:.0f} "
+                       f"{'met' if value / guided <= PERTURBATION_TARGET else 'NOT met'})")
+        print(f"  {name:<22}{value / guided:>7.2f}{verdict}")
+
+
 #: The most the callback's epoch may cost, over one plain Explainer call.
 CALLBACK_TARGET = 1.2
 
@@ -437,7 +470,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--only", choices=["engine", "savedmodel", "methods", "end-to-end",
                                            "memory", "memory-big", "ray", "callback",
-                                           "report"])
+                                           "report", "costs"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="guidedbp-bench-") as folder:
         if args.only in (None, "engine"):
@@ -452,6 +485,8 @@ def main() -> None:
             memory(folder)
         if args.only in (None, "memory-big"):
             memory_big(folder)
+        if args.only in (None, "costs"):
+            method_costs()
         if args.only in (None, "callback"):
             callback_cost(folder)
         if args.only in (None, "report"):

@@ -1,16 +1,19 @@
-"""``guidedbp evaluate``: pointing game and energy inside the mask, on a model whose maps
-are known."""
+"""``guidedbp evaluate``: pointing game and energy inside the mask, and the deletion and
+insertion games, on a model whose maps are known; the games also against the library."""
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from .helpers import run_cli
-from .models import corner_cnn
+from .helpers import assert_one_line_error, run_cli, tinted_noise
+from .models import corner_cnn, tiny_cnn
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +101,162 @@ def test_synthetic_samples_explain_the_asked_object():
             np.testing.assert_array_equal(sample.other_mask, other[index])
             assert sample.label == labels[index]
     assert all(sample.other_mask is None for sample in _synthetic(2, 11, False))
+
+
+# -- deletion and insertion -------------------------------------------------------------------
+
+
+def games(setup, *args, code: int = 0):
+    """``evaluate`` on the corner images without masks, as JSON; the run must exit ``code``."""
+    result = run_cli("evaluate", setup / "m.keras", setup / "images", "--labels",
+                     setup / "labels.txt", *args, code=code)
+    return json.loads(result.stdout) if "--json" in args else result
+
+
+def test_deletion_and_insertion_need_no_masks(setup):
+    top = games(setup, "--metric", "deletion,insertion", "--baseline", "black", "--steps", "4",
+                "--method", "guided,vanilla", "--json")
+    assert top["metrics"] == ["deletion", "insertion"]
+    assert "results" not in top and "tolerance" not in top
+    record = top["faithfulness"]
+    assert (record["steps"], record["baseline"]) == (4, "black") and "blur_sigma" not in record
+    assert record["fractions"] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert sorted(Path(image["image"]).name for image in record["images"]) == [
+        "off.jpg", "on.png"]
+    assert all((image["target"], image["class"]) == (0, "corner") for image in record["images"])
+    # Both images: constant 100, logits (400, 200), class 0 with p = 1. Both maps are 1 on the
+    # top-left block and 0 elsewhere, so the block goes first, then row-major order; each of
+    # the 4 steps takes 16 pixels. Deletion: step 1 blacks the block out (logits 0, 200:
+    # p = 0); class 1's bottom-right block goes only at step 4 (logits 0, 0: p = 0.5).
+    # Insertion: black (p = 0.5), then the block is back from step 1 on (p = 1).
+    for method in ("guided", "vanilla"):
+        deletion, insertion = (record["methods"][method][game]
+                               for game in ("deletion", "insertion"))
+        assert deletion["curves"] == [[1.0, 0.0, 0.0, 0.0, 0.5]] * 2
+        assert deletion["auc"] == [0.1875] * 2 and deletion["mean_auc"] == 0.1875
+        assert insertion["curves"] == [[0.5, 1.0, 1.0, 1.0, 1.0]] * 2
+        assert insertion["auc"] == [0.9375] * 2 and insertion["mean_auc"] == 0.9375
+
+
+def test_blurring_a_flat_image_removes_nothing(setup):
+    record = games(setup, "--metric", "deletion", "--method", "guided", "--json")["faithfulness"]
+    assert (record["steps"], record["baseline"]) == (20, "blur")
+    assert record["blur_sigma"] == "0.1 x the shorter side"
+    assert list(record["methods"]["guided"]) == ["deletion"]
+    assert record["methods"]["guided"]["deletion"]["curves"] == [[1.0] * 21] * 2
+
+
+def test_both_kinds_of_metric_together_and_their_tables(setup):
+    top = json.loads(evaluate(setup, "--metric", "pointing,deletion", "--method", "guided",
+                              "--tolerance", "2", "--baseline", "black", "--steps", "4").stdout)
+    assert [set(row) for row in top["results"]] == [
+        {"method", "class", "n", "pointing_game"}] * 2  # no energy: not asked
+    assert top["results"][-1]["pointing_game"] == 0.5
+    assert top["faithfulness"]["methods"]["guided"]["deletion"]["mean_auc"] == 0.1875
+    result = run_cli("evaluate", setup / "m.keras", setup / "images", "--masks", setup / "masks",
+                     "--metric", "pointing,deletion", "--method", "guided,vanilla",
+                     "--tolerance", "2", "--baseline", "black", "--steps", "4", code=0)
+    lines = result.stdout.splitlines()
+    assert lines[2].startswith("pointing game (within 2 px)")
+    assert "energy" not in result.stdout
+    start = lines.index("deletion AUC (black baseline, 4 steps; lower is more faithful)")
+    assert lines[start + 1].split() == ["image", "guided", "vanilla"]
+    rows = lines[start + 2 : start + 5]
+    assert [row.split()[-2:] for row in rows] == [["0.188", "0.188"]] * 3
+    assert sorted(Path(row.split()[0]).name for row in rows[:2]) == ["off.jpg", "on.png"]
+    assert rows[2].split()[0] == "mean" and len(lines) == start + 5
+
+
+@pytest.fixture(scope="module")
+def noisy(tmp_path_factory):
+    """A 16x16 RGB CNN with seeded weights (no probability near 0 or 1) and three tinted
+    noise images."""
+    folder = tmp_path_factory.mktemp("noisy")
+    tiny_cnn(3).save(folder / "m.keras")
+    (folder / "images").mkdir()
+    for seed in range(3):
+        Image.fromarray(tinted_noise(16, 16, seed=seed)).save(folder / "images" / f"n{seed}.png")
+    return folder
+
+
+def test_values_are_the_library_s(noisy):
+    from guidedbp.api import Explainer
+    from guidedbp.checks.faithfulness import GAMES, deletion_insertion
+    from guidedbp.io.images import decode_image
+    from guidedbp.models.loading import load_model
+    from guidedbp.models.preprocess import prepare, preprocess
+
+    methods = ("guided", "vanilla", "gradcam")
+    result = run_cli("evaluate", noisy / "m.keras", noisy / "images", "--metric",
+                     "insertion,deletion", "--method", ",".join(methods), "--steps", "5",
+                     "--batch-size", "4", "--json", code=0)
+    record = json.loads(result.stdout)["faithfulness"]
+    loaded = load_model(str(noisy / "m.keras"))
+    explainer = Explainer(loaded, methods, batch_size=4)
+    pictures = [prepare(decode_image(image["image"], channels=3), loaded.input_shape,
+                        loaded.preprocess)[0] for image in record["images"]]
+    explanation = explainer.explain(preprocess(np.stack(pictures), loaded.preprocess))
+    assert [image["target"] for image in record["images"]] == explanation.targets.tolist()
+    for method in methods:
+        expected = deletion_insertion(
+            lambda inputs: explainer.predict(inputs)[1], pictures, explanation.by_method[method],
+            explanation.targets, steps=5, baseline="blur", batch_size=4,
+            pixel_to_input=functools.partial(preprocess, mode=loaded.preprocess))
+        assert list(record["methods"][method]) == list(GAMES)  # their order, not --metric's
+        for game in GAMES:
+            found, curves = record["methods"][method][game], expected.games[game]
+            assert len(found["curves"]) == 3 and len(found["curves"][0]) == 6
+            np.testing.assert_allclose(found["curves"], curves.curves, atol=1e-6)
+            np.testing.assert_allclose(found["auc"], curves.aucs, atol=1e-6)
+            assert found["mean_auc"] == pytest.approx(curves.mean_auc, abs=1e-6)
+    # Not every curve is flat: the games measured something.
+    assert np.ptp(record["methods"]["guided"]["deletion"]["curves"]) > 0.01
+
+
+def test_plot_curves_writes_a_figure_per_image_and_game(setup, tmp_path):
+    from guidedbp.plot import is_own_figure
+
+    folder = tmp_path / "curves"
+    arguments = ("--metric", "deletion,insertion", "--baseline", "black", "--steps", "4",
+                 "--method", "guided,vanilla", "--plot-curves", folder)
+    games(setup, *arguments)
+    written = sorted(folder.rglob("*.png"))
+    assert sorted(path.name for path in written) == [
+        "off.jpg.deletion.png", "off.jpg.insertion.png", "on.png.deletion.png",
+        "on.png.insertion.png"]
+    for path in written:
+        assert is_own_figure(path)
+        with Image.open(path) as image:
+            image.load()
+            assert image.size == (1125, 600)  # 7.5 x 4 inches at 150 dpi
+    games(setup, *arguments)  # its own figures are replaced
+    written[0].write_bytes(b"a user's file")
+    result = games(setup, *arguments, code=2)
+    assert_one_line_error(result, str(written[0]), "not a figure guidedbp wrote")
+    assert written[0].read_bytes() == b"a user's file"
+
+
+def test_plot_curves_without_matplotlib_says_how_to_install_it(setup, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    result = games(setup, "--metric", "deletion", "--plot-curves", tmp_path / "c", code=2)
+    assert_one_line_error(result, "pip install 'guidedbp[plot]'")
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--metric", "deletion", "--steps", "0"), "--steps"),
+    (("--metric", "deletion", "--steps", "many"), "--steps"),
+    (("--metric", "deletion", "--baseline", "grey"), "--baseline"),
+    (("--metric", "occlusion"), "occlusion: choose from pointing, energy, deletion, insertion"),
+    (("--metric", "deletion", "--masks", "."), "--masks is only used by --metric pointing"),
+    (("--metric", "pointing", "--plot-curves", "out"), "--plot-curves needs --metric deletion"),
+    (("--metric", "energy,insertion"), "IMAGES need --masks DIR for --metric energy"),
+])
+def test_usage_errors_of_the_games(setup, args, fragment):
+    result = games(setup, *args, code=2)
+    assert fragment in result.output and "Traceback" not in result.output
+
+
+def test_games_need_images_or_shapes(setup):
+    result = run_cli("evaluate", setup / "m.keras", "--metric", "deletion", code=2)
+    assert "give IMAGES, or --shapes N" in result.output

@@ -73,7 +73,10 @@ def test_every_reader_takes_the_methods_from_the_registry():
         assert f"{record.name}  " in help_text and record.title in help_text
     from guidedbp.cli.evaluate import DEFAULT_METHODS
 
-    assert DEFAULT_METHODS == tuple(m for m in ALL_METHODS if not method(m).path_integrated)
+    # By default evaluate leaves out the methods of many passes per image.
+    assert DEFAULT_METHODS == tuple(m for m in ALL_METHODS if not method(m).path_integrated
+                                    and not method(m).perturbation)
+    assert {"integrated-gradients", "scorecam", "occlusion"}.isdisjoint(DEFAULT_METHODS)
     bad = run_cli("explain", "demo", "x.png", "--method", "guided,nope")
     assert bad.exit_code == 2 and "nope: choose from " + ", ".join(ALL_METHODS) in bad.output
 
@@ -141,8 +144,9 @@ def test_several_methods_equal_each_method_alone(random_cnn):
         alone = Explainer(random_cnn, name, **options).explain(images, [0, 1, 2, 3, 0])
         np.testing.assert_array_equal(explanation.by_method[name], alone.maps, err_msg=name)
         np.testing.assert_array_equal(explanation.probabilities, alone.probabilities)
-    # One trace for every direct method, one for integrated gradients' base.
-    assert together.trace_count == 2
+    # One trace for every gradient method, one for integrated gradients' base, one forward
+    # pass for the perturbed copies of Score-CAM and occlusion.
+    assert together.trace_count == 3
     assert together.report.method == ",".join(ALL_METHODS)
     assert together.report.guided_ops == {"Relu": 1, "Relu6": 1}
     assert together.report.layer is not None

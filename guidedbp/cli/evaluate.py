@@ -1,7 +1,9 @@
-"""``guidedbp evaluate``: how well maps point at the object, against ground-truth masks."""
+"""``guidedbp evaluate``: how well maps point at the object (against ground-truth masks)
+and how faithful they are to the model (deletion and insertion, no masks needed)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -9,6 +11,14 @@ from dataclasses import dataclass
 import click
 import numpy as np
 
+from guidedbp.checks.faithfulness import (
+    BASELINES,
+    BLUR_SIGMA,
+    DEFAULT_STEPS,
+    GAMES,
+    deletion_insertion,
+    join,
+)
 from guidedbp.cli.common import (
     UsageFailure,
     batch_size_option,
@@ -16,14 +26,20 @@ from guidedbp.cli.common import (
     import_tensorflow,
     load_options,
     model_options,
+    parse_comma_list,
     parse_methods,
 )
 from guidedbp.engine.methods import REGISTRY
 
 TOLERANCE = 15  # pixels, as in Zhang et al. (2016)
-# Methods evaluated by default: all but the path-integrated ones (integrated gradients),
-# whose many passes per image make them slow (ask for them with --method).
-DEFAULT_METHODS = tuple(m.name for m in REGISTRY.values() if not m.path_integrated)
+# Methods evaluated by default: all but those of many passes per image (integrated
+# gradients, Score-CAM, occlusion), which make it slow (ask for them with --method).
+DEFAULT_METHODS = tuple(m.name for m in REGISTRY.values()
+                        if not m.path_integrated and not m.perturbation)
+#: Metrics that score a map against an object's mask (--masks or --shapes).
+MASK_METRICS = ("pointing", "energy")
+#: Every --metric: the mask metrics, then the deletion and insertion games.
+METRICS = (*MASK_METRICS, *GAMES)
 
 
 @click.command("evaluate")
@@ -42,33 +58,72 @@ DEFAULT_METHODS = tuple(m.name for m in REGISTRY.values() if not m.path_integrat
                    "mask; the table also shows how often the map points at the target instead.")
 @click.option("--method", "methods", default=",".join(DEFAULT_METHODS), show_default=True,
               callback=parse_methods, metavar="LIST", help="Comma list of methods, or 'all'.")
+@click.option("--metric", "metrics", default=",".join(MASK_METRICS), show_default=True,
+              callback=parse_comma_list(METRICS), metavar="LIST",
+              help=f"Comma list of {', '.join(METRICS)}. pointing and energy need --masks or "
+                   "--shapes; deletion and insertion need no masks.")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=TOLERANCE,
               show_default=True, help="Pointing-game tolerance in pixels.")
+@click.option("--steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True,
+              help="Deletion/insertion: steps per curve; step i perturbs the top i/steps of "
+                   "the pixels.")
+@click.option("--baseline", type=click.Choice(BASELINES), default=BASELINES[0],
+              show_default=True,
+              help=f"Deletion/insertion: what a removed pixel becomes: the image blurred "
+                   f"(Gaussian, sigma {BLUR_SIGMA:g} x its shorter side) or black (pixel 0).")
+@click.option("--plot-curves", type=click.Path(file_okay=False), default=None,
+              metavar="FOLDER",
+              help="Write each image's deletion/insertion curves there as PNG figures "
+                   "(needs matplotlib: the plot extra).")
 @batch_size_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @model_options
 @errors_handled
 def evaluate_command(model, images, masks, shapes, seed, distractors, explain_distractor, methods,
-                     tolerance, batch_size, as_json, **options) -> None:
-    """Localisation of MODEL's maps against ground-truth object masks.
+                     metrics, tolerance, steps, baseline, plot_curves, batch_size, as_json,
+                     **options) -> None:
+    """How well MODEL's maps localise objects, and how faithful they are to the model.
 
     \b
-    For each method: the pointing game (Zhang et al. 2016: is the map's maximum within
-    --tolerance pixels of the object?) and the share of the map's energy inside the
-    mask, per class and overall. Classes are the true labels with --shapes, else
-    the model's top-1 predictions.
+    Localisation, against ground-truth object masks (--masks or --shapes):
+      pointing  the pointing game (Zhang et al. 2016): is the map's maximum within
+                --tolerance pixels of the object?
+      energy    the share of the map's energy inside the mask
+    Both per class and overall.
+
+    \b
+    Faithfulness, on any images (Petsiuk et al. 2018, RISE), no masks needed:
+      deletion   replace the most salient pixels by --baseline, --steps at a time;
+                 area under the class probability (lower is more faithful)
+      insertion  put them back into the baseline (higher is more faithful)
+    Per image and averaged per method.
+
+    \b
+    Classes are the true labels with --shapes, else the model's top-1 predictions.
 
     \b
     Examples:
       guidedbp evaluate demo --shapes 500 --seed 1000
       guidedbp evaluate demo sample_images/shapes --masks sample_images/masks/shapes
+      guidedbp evaluate keras:ResNet50 photos --metric deletion,insertion --json
     """
+    settings = Settings(metrics, tolerance, steps, baseline)
+    if plot_curves is not None and not settings.games:
+        raise click.UsageError("--plot-curves needs --metric deletion or insertion")
     if (shapes is None) == (not images):
-        raise click.UsageError("give IMAGES with --masks, or --shapes N")
-    if images and masks is None:
-        raise click.UsageError("IMAGES need --masks DIR")
+        raise click.UsageError("give IMAGES with --masks, or --shapes N" if settings.masked
+                               else "give IMAGES, or --shapes N")
+    if images and masks is None and settings.masked:
+        raise click.UsageError(f"IMAGES need --masks DIR for --metric "
+                               f"{','.join(settings.masked)} (deletion and insertion need none)")
+    if masks is not None and not settings.masked:
+        raise click.UsageError("--masks is only used by --metric pointing and energy")
     if explain_distractor and not distractors:
         raise click.UsageError("--explain-distractor needs --shapes N --distractors")
+    if plot_curves is not None:
+        from guidedbp.plot import require_matplotlib
+
+        require_matplotlib()  # before the model loads
     import_tensorflow(options["debug"])
     from guidedbp.api import Explainer
     from guidedbp.models.loading import load_model
@@ -78,17 +133,25 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
         samples = _synthetic(shapes, seed, distractors, explain_distractor)
     else:
         samples = _from_files(images, masks, loaded.channels)
+    if plot_curves is not None:
+        _check_figure_targets(plot_curves, samples, settings.games)
     explainer = Explainer(loaded, methods, batch_size=batch_size)  # one forward pass for all
-    rows = score(loaded, explainer, samples, tolerance, options)
+    measured = measure(loaded, explainer, samples, settings, options)
     result = {
         "model": model,
         "data": (f"{shapes} synthetic shapes, seed {seed}"
                  + (", with distractors" if distractors else "")
                  + (", explaining the distractor's class" if explain_distractor else ""))
-        if shapes else masks,
-        "tolerance": tolerance,
-        "results": rows,
+        if shapes else masks or f"{len(samples)} images",
+        "metrics": list(metrics),
     }
+    if settings.masked:
+        result["tolerance"] = tolerance
+        result["results"] = mask_rows(measured.scored, loaded.labels, settings)
+    if settings.games:
+        result["faithfulness"] = faithfulness_record(measured, samples, loaded.labels)
+    if plot_curves is not None:
+        _write_curves(plot_curves, result["faithfulness"], samples)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -100,14 +163,45 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
 
 @dataclass(frozen=True)
 class Sample:
-    """One image to score: its picture, its object's mask, its true class (or None:
-    the model's top-1) and, with distractors, the other object's mask."""
+    """One image to score: its picture, its object's mask (None without masks), its true
+    class (or None: the model's top-1), with distractors the other object's mask, and
+    where its figures go below --plot-curves (None: its name)."""
 
     name: str
     picture: np.ndarray
-    mask: np.ndarray
+    mask: np.ndarray | None
     label: int | None = None
     other_mask: np.ndarray | None = None
+    stem: str | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What to measure: the --metric list and the metrics' own options."""
+
+    metrics: tuple[str, ...]
+    tolerance: float
+    steps: int
+    baseline: str
+
+    @property
+    def masked(self) -> tuple[str, ...]:
+        """The mask metrics asked."""
+        return tuple(m for m in self.metrics if m in MASK_METRICS)
+
+    @property
+    def games(self) -> tuple[str, ...]:
+        """The games asked."""
+        return tuple(m for m in self.metrics if m in GAMES)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Every image's mask scores per method (empty lists without mask metrics) and each
+    method's :class:`~guidedbp.checks.faithfulness.Faithfulness` (none without games)."""
+
+    scored: dict
+    faithfulness: dict
 
 
 @dataclass(frozen=True)
@@ -133,12 +227,21 @@ def _synthetic(count: int, seed: int, distractors: bool, explain_distractor: boo
                    others[i]) for i in range(count)]
 
 
-def _from_files(inputs, mask_root: str, channels: int):
+def _from_files(inputs, mask_root: str | None, channels: int):
+    """One :class:`Sample` per image of ``inputs``, with its mask from ``mask_root`` (if
+    given)."""
     from guidedbp.io.images import IMAGE_EXTENSIONS, ImageError, decode_image
     from guidedbp.io.inputs import collect_inputs
 
     samples, missing = [], []
     for item in collect_inputs(list(inputs)).items:
+        if mask_root is None:
+            try:
+                picture = decode_image(item.path, channels=channels)
+            except ImageError as error:
+                raise UsageFailure(str(error)) from None
+            samples.append(Sample(item.path, picture, None, stem=item.output_stem))
+            continue
         stem = os.path.splitext(item.relative)[0]  # its path below the IMAGES folder
         candidates = [os.path.join(mask_root, stem + ext) for ext in (".png", *IMAGE_EXTENSIONS)]
         mask_path = next((c for c in candidates if os.path.isfile(c)), None)
@@ -153,7 +256,9 @@ def _from_files(inputs, mask_root: str, channels: int):
         if mask.shape != picture.shape[:2]:
             raise UsageFailure(f"{mask_path}: mask is {mask.shape[1]}x{mask.shape[0]}, "
                                f"image is {picture.shape[1]}x{picture.shape[0]}")
-        samples.append(Sample(item.path, picture, mask))
+        samples.append(Sample(item.path, picture, mask, stem=item.output_stem))
+    if not samples and not missing:
+        raise UsageFailure(f"no images in {', '.join(inputs)}")
     if missing:
         raise UsageFailure(f"no mask in {mask_root} for {len(missing)} image(s): "
                            + ", ".join(missing[:5]))
@@ -163,70 +268,169 @@ def _from_files(inputs, mask_root: str, channels: int):
 # -- scoring ---------------------------------------------------------------------------
 
 
-def score(loaded, explainer, samples: list, tolerance: float, options: dict) -> list[dict]:
-    """Per method and class: n, pointing-game hit rate, mean energy inside the mask."""
+def measure(loaded, explainer, samples: list, settings: Settings, options: dict) -> Measured:
+    """Explain the samples a batch at a time; score each map against its mask and play
+    the deletion and insertion games with it, as ``settings`` asks."""
     from guidedbp.demo.metrics import energy_inside, pointing_game
     from guidedbp.models.preprocess import prepare
+    from guidedbp.models.preprocess import preprocess as pixels_to
 
-    per_method: dict[str, list] = {m: [] for m in explainer.methods}
+    scored: dict[str, list] = {m: [] for m in explainer.methods}
+    parts: dict[str, list] = {m: [] for m in explainer.methods}
+    pixel_to_input = functools.partial(pixels_to, mode=loaded.preprocess)
+
+    def probabilities(inputs: np.ndarray) -> np.ndarray:
+        return explainer.predict(inputs)[1]
+
     for start in range(0, len(samples), explainer.batch_size):
         chunk = samples[start : start + explainer.batch_size]
         prepared = [prepare(sample.picture, loaded.input_shape, loaded.preprocess,
                             options.get("size"), options.get("resize", "stretch"))
                     for sample in chunk]
+        shapes = {model_input.shape for _, _, model_input in prepared}
+        if len(shapes) > 1:  # a model with free dimensions takes each image at its size
+            raise UsageFailure("images of different sizes for a model of free size: give "
+                               "--size HxW")
         inputs = np.stack([model_input for _, _, model_input in prepared])
         truth = [sample.label for sample in chunk]
         targets = None if any(t is None for t in truth) else np.array(truth, np.int32)
         explanation = explainer.explain(inputs, targets)
         for method, maps in explanation.by_method.items():
+            if settings.games:
+                parts[method].append(deletion_insertion(
+                    probabilities, [fitted for fitted, _, _ in prepared], maps,
+                    explanation.targets, steps=settings.steps, baseline=settings.baseline,
+                    pixel_to_input=pixel_to_input, batch_size=explainer.batch_size,
+                    which=settings.games))
+            if not settings.masked:
+                continue
             for index, sample in enumerate(chunk):
                 placement = prepared[index][1]
                 magnitude = np.abs(placement.to_original(maps[index], max_side=None)
                                    ).max(axis=-1)[None]  # the mask's own size
                 other = sample.other_mask
-                per_method[method].append(Scored(
+                scored[method].append(Scored(
                     target=int(explanation.targets[index]),
-                    hit=bool(pointing_game(magnitude, sample.mask[None], tolerance)[0]),
+                    hit=bool(pointing_game(magnitude, sample.mask[None], settings.tolerance)[0]),
                     energy=float(energy_inside(magnitude, sample.mask[None])[0]),
                     other_hit=None if other is None
-                    else bool(pointing_game(magnitude, other[None], tolerance)[0]),
+                    else bool(pointing_game(magnitude, other[None], settings.tolerance)[0]),
                 ))
-    labels = loaded.labels
+    faithfulness = {m: join(found) for m, found in parts.items() if found}
+    return Measured(scored, faithfulness)
+
+
+def _class_name(labels, target: int) -> str:
+    return labels[target] if labels and target < len(labels) else str(target)
+
+
+def mask_rows(scored: dict, labels, settings: Settings) -> list[dict]:
+    """Per method and class (then overall): n and the mask metrics asked."""
     rows = []
-    for method, scores in per_method.items():
+    for method, scores in scored.items():
         classes = sorted({s.target for s in scores})
         for key in [*classes, None]:
             chosen = [s for s in scores if key is None or s.target == key]
-            name = "overall" if key is None else (labels[key] if labels and key < len(labels)
-                                                  else str(key))
-            row = {
-                "method": method,
-                "class": name,
-                "n": len(chosen),
-                "pointing_game": round(float(np.mean([s.hit for s in chosen])), 4),
-                "energy_inside": round(float(np.mean([s.energy for s in chosen])), 4),
-            }
-            if chosen[0].other_hit is not None:
+            row = {"method": method,
+                   "class": "overall" if key is None else _class_name(labels, key),
+                   "n": len(chosen)}
+            if "pointing" in settings.masked:
+                row["pointing_game"] = round(float(np.mean([s.hit for s in chosen])), 4)
+            if "energy" in settings.masked:
+                row["energy_inside"] = round(float(np.mean([s.energy for s in chosen])), 4)
+            if chosen[0].other_hit is not None and "pointing" in settings.masked:
                 row["pointing_game_other"] = round(
                     float(np.mean([s.other_hit for s in chosen])), 4)
             rows.append(row)
     return rows
 
 
+def faithfulness_record(measured: Measured, samples: list, labels) -> dict:
+    """The games' JSON: settings, each image and its class, then per method and game the
+    mean AUC, each image's AUC and each image's curve (6 decimals)."""
+    results = measured.faithfulness
+    first = next(iter(results.values()))
+    record = {"steps": first.steps, "baseline": first.baseline}
+    if first.baseline == "blur":
+        record["blur_sigma"] = f"{BLUR_SIGMA:g} x the shorter side"
+    record["fractions"] = [round(float(x), 6) for x in first.fractions]
+    record["images"] = [{"image": sample.name, "target": int(target),
+                         "class": _class_name(labels, int(target))}
+                        for sample, target in zip(samples, first.classes)]
+    record["methods"] = {
+        method: {game: {"mean_auc": round(curves.mean_auc, 6),
+                        "auc": [round(float(value), 6) for value in curves.aucs],
+                        "curves": [[round(float(value), 6) for value in curve]
+                                   for curve in curves.curves]}
+                 for game, curves in result.games.items()}
+        for method, result in results.items()
+    }
+    return record
+
+
+# -- figures ---------------------------------------------------------------------------
+
+
+def _figure_path(folder: str, sample: Sample, game: str) -> str:
+    from guidedbp.io.inputs import output_stem
+
+    return os.path.join(folder, f"{sample.stem or output_stem(sample.name)}.{game}.png")
+
+
+def _check_figure_targets(folder: str, samples: list, games) -> None:
+    """Refuse to replace a file that is not a figure guidedbp wrote."""
+    from guidedbp.plot import is_own_figure
+
+    for sample in samples:
+        for game in games:
+            path = _figure_path(folder, sample, game)
+            if os.path.lexists(path) and not is_own_figure(path):
+                raise UsageFailure(f"{path} exists and is not a figure guidedbp wrote: "
+                                   "move it, or choose another --plot-curves folder")
+
+
+def _write_curves(folder: str, record: dict, samples: list) -> None:
+    """One PNG per image and game: a curve per method, its AUC in the legend."""
+    from guidedbp.io.write import atomic_write_bytes
+    from guidedbp.plot import figure_bytes, plot_curves
+
+    for index, (sample, image) in enumerate(zip(samples, record["images"])):
+        for game in next(iter(record["methods"].values())):
+            curves = {method: np.array(games[game]["curves"][index])
+                      for method, games in record["methods"].items()}
+            title = f"{sample.name}: {image['class']} (class {image['target']})"
+            if len(title) > 70:
+                title = "..." + title[-67:]
+            figure = plot_curves(curves, title, game=game)
+            atomic_write_bytes(_figure_path(folder, sample, game), figure_bytes(figure, "png"))
+
+
+# -- output ----------------------------------------------------------------------------
+
+
 def format_table(result: dict) -> str:
-    """Two tables, rows = classes then overall, one column per method."""
+    """The mask metrics (rows: classes then overall) and the games (rows: images then
+    the mean), one column per method."""
+    lines = [f"model {result['model']} on {result['data']}"]
+    if "results" in result:
+        lines += _mask_tables(result)
+    if "faithfulness" in result:
+        lines += _game_tables(result["faithfulness"])
+    return "\n".join(lines)
+
+
+def _mask_tables(result: dict) -> list[str]:
     rows = result["results"]
     methods = list(dict.fromkeys(r["method"] for r in rows))
     classes = list(dict.fromkeys(r["class"] for r in rows))
     cell = {(r["method"], r["class"]): r for r in rows}
     width = max(10, *(len(m) + 2 for m in methods))
-    lines = [f"model {result['model']} on {result['data']}"]
     tables = [("pointing_game", f"pointing game (within {result['tolerance']:g} px)"),
-              ("energy_inside", "share of map energy inside the mask")]
-    if "pointing_game_other" in rows[0]:
-        tables.append(("pointing_game_other", "pointing game on the OTHER object (lower is "
-                                              "more class-discriminative)"))
-    for key, title in tables:
+              ("energy_inside", "share of map energy inside the mask"),
+              ("pointing_game_other", "pointing game on the OTHER object (lower is "
+                                      "more class-discriminative)")]
+    lines = []
+    for key, title in [(key, title) for key, title in tables if key in rows[0]]:
         lines += ["", title, f"{'class':<12}{'n':>6}" + "".join(f"{m:>{width}}" for m in methods)]
         for name in classes:
             count = cell[(methods[0], name)]["n"] if (methods[0], name) in cell else 0
@@ -235,4 +439,27 @@ def format_table(result: dict) -> str:
                 for m in methods
             )
             lines.append(f"{name:<12}{count:>6}{values}")
-    return "\n".join(lines)
+    return lines
+
+
+_NAME_WIDTH = 40  # longer image names keep their end
+
+
+def _game_tables(record: dict) -> list[str]:
+    methods = record["methods"]
+    width = max(10, *(len(m) + 2 for m in methods))
+    names = [image["image"] if len(image["image"]) <= _NAME_WIDTH
+             else "..." + image["image"][3 - _NAME_WIDTH:] for image in record["images"]]
+    column = max(12, *(len(name) + 2 for name in names))
+    lines = []
+    for game in next(iter(methods.values())):
+        better = "lower" if game == "deletion" else "higher"
+        lines += ["", f"{game} AUC ({record['baseline']} baseline, {record['steps']} steps; "
+                      f"{better} is more faithful)",
+                  f"{'image':<{column}}" + "".join(f"{m:>{width}}" for m in methods)]
+        for index, name in enumerate(names):
+            lines.append(f"{name:<{column}}" + "".join(
+                f"{methods[m][game]['auc'][index]:>{width}.3f}" for m in methods))
+        lines.append(f"{'mean':<{column}}" + "".join(
+            f"{methods[m][game]['mean_auc']:>{width}.3f}" for m in methods))
+    return lines

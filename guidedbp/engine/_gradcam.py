@@ -1,4 +1,5 @@
-"""Grad-CAM's feature map, found at the op level in a traced forward graph.
+"""Class activation maps: the feature map, found at the op level in a traced forward
+graph, and the gradient weightings of Grad-CAM, Grad-CAM++ and LayerCAM.
 
 Working on ops rather than Keras layers means the same code serves Keras models,
 nested sub-models and SavedModels (whose frozen graphs keep the layers' name
@@ -50,8 +51,8 @@ def feature_map_by_name(forward_ops: list[tf.Operation], path: list[str]) -> tf.
     tensor = best[1].outputs[0]
     if tensor.shape.rank != 4:
         raise ArgumentError(
-            f"layer {'/'.join(path)!r} outputs shape {tensor.shape}; Grad-CAM needs a "
-            "(batch, height, width, channels) feature map"
+            f"layer {'/'.join(path)!r} outputs shape {tensor.shape}; a class activation map "
+            "needs a (batch, height, width, channels) feature map"
         )
     return tensor
 
@@ -100,7 +101,8 @@ def default_feature_map(logits: tf.Tensor, images: tf.Tensor) -> tf.Tensor:
         for source in tensor.op.inputs:
             if source.op.name in depends:
                 queue.append(source)
-    raise ArgumentError("the model has no 4-D feature map before its logits: Grad-CAM needs one")
+    raise ArgumentError("the model has no 4-D feature map before its logits: class activation "
+                        "maps (Grad-CAM and its kin) need one")
 
 
 def _depends_on(images: tf.Tensor) -> set[str]:
@@ -116,12 +118,36 @@ def _depends_on(images: tf.Tensor) -> set[str]:
     return names
 
 
-def grad_cam(feature_map: tf.Tensor, gradient: tf.Tensor, size, upsample: str) -> tf.Tensor:
-    """Selvaraju et al. (2017): ReLU of the gradient-weighted channel sum, upsampled.
+#: The gradient weightings :func:`class_activation_map` knows.
+WEIGHTINGS = ("gradcam", "gradcam++", "layercam")
+
+
+def class_activation_map(feature_map: tf.Tensor, gradient: tf.Tensor, weighting: str, size,
+                         upsample: str) -> tf.Tensor:
+    """The ReLU of the feature map's weighted channel sum, upsampled to the input.
+
+    With ``A`` the ``(h, w, k)`` feature map and ``g`` the plain gradient of the class
+    logit with respect to it:
+
+    - ``"gradcam"`` (Selvaraju et al., 2017): ``relu(sum_k w_k A_k)``, ``w_k`` the mean
+      of ``g_k`` over positions.
+    - ``"gradcam++"`` (Chattopadhyay et al., 2018): ``w_k = sum_ab alpha * relu(g_k)``
+      with ``alpha = g^2 / (2 g^2 + sum_ab(A_k) g^3)``, as pytorch-grad-cam and
+      tf-keras-vis compute it. Where ``g`` is not zero that is
+      ``1 / (2 + sum_ab(A_k) g)``, which is what is computed (no ``g^2`` or ``g^3`` to
+      underflow in float32); ``alpha`` is 0 where that denominator is 0 (pytorch-grad-cam
+      adds 1e-6 to it instead, tf-keras-vis divides by it). The paper differentiates
+      ``exp(score)``: that factor cancels in ``alpha`` and only scales the map, so both
+      implementations drop it, and so does this one. tf-keras-vis (like the authors'
+      code) also divides ``alpha`` by its sum over positions, which rescales each
+      channel's weight; pytorch-grad-cam does not, nor does this.
+    - ``"layercam"`` (Jiang et al., 2021): ``relu(sum_k relu(g_k) * A_k)``, position by
+      position, at any layer, early ones too.
 
     Args:
         feature_map: ``(N, h, w, k)`` layer output.
         gradient: The plain gradient of the class logit with respect to it.
+        weighting: One of :data:`WEIGHTINGS`.
         size: ``(H, W)`` of the input.
         upsample: ``"bilinear"`` or ``"nearest"``.
 
@@ -129,6 +155,17 @@ def grad_cam(feature_map: tf.Tensor, gradient: tf.Tensor, size, upsample: str) -
         float32 ``(N, H, W, 1)``.
     """
     feature_map = tf.cast(feature_map, tf.float32)
-    weights = tf.reduce_mean(tf.cast(gradient, tf.float32), axis=(1, 2), keepdims=True)
-    cam = tf.nn.relu(tf.reduce_sum(weights * feature_map, axis=-1, keepdims=True))
+    gradient = tf.cast(gradient, tf.float32)
+    if weighting == "gradcam":
+        weighted = tf.reduce_mean(gradient, axis=(1, 2), keepdims=True) * feature_map
+    elif weighting == "gradcam++":
+        total = tf.reduce_sum(feature_map, axis=(1, 2), keepdims=True)
+        alpha = tf.math.divide_no_nan(1.0, 2.0 + total * gradient)
+        weights = tf.reduce_sum(alpha * tf.nn.relu(gradient), axis=(1, 2), keepdims=True)
+        weighted = weights * feature_map
+    elif weighting == "layercam":
+        weighted = tf.nn.relu(gradient) * feature_map
+    else:
+        raise ArgumentError(f"weighting={weighting!r} is not one of {', '.join(WEIGHTINGS)}")
+    cam = tf.nn.relu(tf.reduce_sum(weighted, axis=-1, keepdims=True))
     return tf.image.resize(cam, size, method=upsample)

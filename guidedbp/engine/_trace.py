@@ -4,14 +4,19 @@ The forward pass runs under the graph's ``gradient_override_map``, which points
 every ReLU-family op at the guided gradient. Each ReLU rule the requested methods
 need (plain, guided, deconvnet) then gets one ``tf.gradients`` call from the same
 forward pass: the rule is set on the ReLU ops just before its call and put back in
-``finally``. The plain call also yields Grad-CAM's feature-map gradient, so
-``vanilla,gradcam`` costs one forward and one backward pass, and
-``guided,vanilla,gradcam,guided-gradcam`` one forward and two backward passes.
+``finally``. The plain call also yields the feature-map gradient of the class
+activation maps (Grad-CAM, Grad-CAM++, LayerCAM), so ``vanilla,gradcam`` costs one
+forward and one backward pass, and ``guided,vanilla,gradcam,guided-gradcam`` one
+forward and two backward passes.
+
+Perturbation methods (Score-CAM, occlusion) take no part in the backward passes: the
+explainer runs them afterwards through :func:`predict`, a forward pass with no
+gradient override; the traced pass hands Score-CAM the clean feature map.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tensorflow as tf
 
@@ -28,15 +33,41 @@ RULE_GRADIENT = {
 
 
 @dataclass
+class _Cams:
+    """One class's activation maps, each built once however many methods read it."""
+
+    feature_map: tf.Tensor | None
+    feature_gradient: tf.Tensor | None
+    size: tf.Tensor
+    upsample: str
+    built: dict = field(default_factory=dict)
+
+    def __call__(self, weighting: str) -> tf.Tensor:
+        if weighting not in self.built:
+            self.built[weighting] = _gradcam.class_activation_map(
+                self.feature_map, self.feature_gradient, weighting, self.size, self.upsample)
+        return self.built[weighting]
+
+
+@dataclass
 class _Parts:
     """The pieces a method's ``combine`` reads (see :class:`~guidedbp.engine.methods.Parts`)."""
 
     input_gradient: tf.Tensor | None
-    cam: tf.Tensor | None
+    cam: _Cams
+
+
+def predict(model, images):
+    """Every class's float32 score (the logits the maps explain) and probability,
+    ``(N, max(classes, 2))`` each: one forward pass, no gradient override."""
+    output = _single_output(model(images, training=False))
+    logits, head, _ = _graph.find_logits(output)
+    _check_logits(logits, output)
+    return _graph.class_scores(logits, output, head)
 
 
 def attribute(model, images, targets, methods: tuple[str, ...], report_methods: tuple[str, ...],
-              layer_path: list[str] | None, upsample: str):
+              layer_path: list[str] | None, upsample: str, features: bool = False):
     """Trace ``model`` on ``images`` and compute ``methods``' maps from one forward pass.
 
     Args:
@@ -44,15 +75,17 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
         images: float32 ``(N, H, W, C)`` placeholder.
         targets: int32 ``(N, K)``: K classes per image, each explained from the same
             forward pass; ``-r`` means the image's r-th most probable class.
-        methods: The methods to compute.
+        methods: The gradient methods to compute (no perturbation method).
         report_methods: The methods the report speaks for (the explainer's).
-        layer_path: Grad-CAM's layer (enclosing model names, then its own), or None.
-        upsample: Grad-CAM upsampling.
+        layer_path: The feature-map layer (enclosing model names, then its own), or None.
+        upsample: Class activation map upsampling.
+        features: Whether to return the feature map too (for Score-CAM).
 
     Returns:
         ``(outputs, report)``: outputs is a dict with ``maps`` (method -> float32
         ``(N, K, ...)`` maps), ``targets``, ``logits``, ``probabilities`` (each
-        ``(N, K)``: the targets') and ``class_probabilities`` ``(N, classes)``; report a
+        ``(N, K)``: the targets'), ``class_probabilities`` ``(N, classes)`` and, with
+        ``features``, ``features`` (float32 ``(N, h, w, k)``); report a
         :class:`~guidedbp.engine._graph.Report`.
     """
     records = [method(name) for name in methods]
@@ -62,9 +95,7 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
     graph = tf.compat.v1.get_default_graph()
     override = {op_type: _graph.GUIDED_GRADIENT for op_type in _graph.RELU_OPS} if swapped else {}
     with graph.gradient_override_map(override):
-        output = model(images, training=False)
-    if isinstance(output, (list, tuple, dict)):
-        raise ArgumentError("the model has several outputs; guidedbp explains one")
+        output = _single_output(model(images, training=False))
     forward_ops = graph.get_operations()
 
     logits, head, head_op = _graph.find_logits(output)
@@ -74,12 +105,9 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
     _graph.set_gradient(excluded, None)  # PReLU parts keep their plain gradient, always
     guided = [op for op in relus if op.name not in excluded_names]
     guided_counts, plain = _graph.census(forward_ops, guided, excluded, head_op)
-    if logits.shape.rank != 2:
-        raise ArgumentError(
-            f"the model's output has shape {output.shape}; guidedbp expects (batch, classes)"
-        )
+    _check_logits(logits, output)
     feature_map = None
-    if needs_cam:
+    if needs_cam or features:
         feature_map = (_gradcam.feature_map_by_name(forward_ops, layer_path) if layer_path
                        else _gradcam.default_feature_map(logits, images))
     scores, probabilities = _graph.class_scores(logits, output, head)
@@ -105,7 +133,7 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
     try:
         for column in range(columns):
             score = tf.reduce_sum(target_scores[:, column])
-            input_gradients, cam = {}, None
+            input_gradients, feature_gradient = {}, None
             for rule in calls:
                 _graph.set_gradient(guided, RULE_GRADIENT[rule])
                 wanted = [images] if rule in rules else []
@@ -115,11 +143,11 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
                 if rule in rules:
                     input_gradients[rule] = tf.cast(gradients[0], tf.float32)
                 if rule == "plain" and needs_cam:
-                    cam = _gradcam.grad_cam(feature_map, gradients[-1], tf.shape(images)[1:3],
-                                            upsample)
+                    feature_gradient = gradients[-1]
+            cams = _Cams(feature_map, feature_gradient, tf.shape(images)[1:3], upsample)
             per_column.append({
                 record.name: tf.cast(
-                    record.combine(_Parts(input_gradients.get(record.relu_rule), cam)),
+                    record.combine(_Parts(input_gradients.get(record.relu_rule), cams)),
                     tf.float32)
                 for record in records
             })
@@ -134,4 +162,19 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
         "probabilities": tf.gather(probabilities, chosen, batch_dims=1),
         "class_probabilities": probabilities,
     }
+    if features:
+        outputs["features"] = tf.cast(feature_map, tf.float32)
     return outputs, report
+
+
+def _single_output(output):
+    if isinstance(output, (list, tuple, dict)):
+        raise ArgumentError("the model has several outputs; guidedbp explains one")
+    return output
+
+
+def _check_logits(logits, output) -> None:
+    if logits.shape.rank != 2:
+        raise ArgumentError(
+            f"the model's output has shape {output.shape}; guidedbp expects (batch, classes)"
+        )

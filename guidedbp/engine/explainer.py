@@ -10,7 +10,9 @@ touched: the override lives only on the traced graph.
 One explainer computes several methods from a single forward pass
 (:mod:`guidedbp.engine._trace`); the methods are records of
 :mod:`guidedbp.engine.methods`. SmoothGrad and integrated gradients run on top of
-any of them (:mod:`guidedbp.engine._averaging`).
+any of them (:mod:`guidedbp.engine._averaging`). Perturbation methods (Score-CAM,
+occlusion) run after the traced pass, forward only, through the same traced function
+as :meth:`Explainer.predict` (:mod:`guidedbp.engine._perturbation`).
 
 The engine knows TensorFlow and nothing about files, model specs or
 preprocessing: :class:`guidedbp.Explainer` (the package's) adds those.
@@ -21,19 +23,19 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import tensorflow as tf
 
-from guidedbp.engine import _averaging, _gradcam, _graph, _trace
+from guidedbp.engine import _averaging, _gradcam, _graph, _inputs, _perturbation, _trace
 from guidedbp.engine import methods as registry
 from guidedbp.engine.options import UPSAMPLING, MethodOptions
 from guidedbp.errors import ArgumentError
 
 __all__ = ["Explainer", "Explanation", "NoReluWarning", "UPSAMPLING"]
 
-Target = int | Sequence[int] | np.ndarray | None
+Target = _inputs.Target
 
 
 class NoReluWarning(UserWarning):
@@ -46,7 +48,8 @@ class Explanation:
 
     Attributes:
         by_method: method -> float32 ``(N, H, W, C)`` attributions of each image's
-            target logit (``(N, H, W, 1)`` for Grad-CAM), in the explainer's order.
+            target logit (``(N, H, W, 1)`` for the class activation maps and
+            occlusion), in the explainer's order.
         targets: int ``(N,)`` class each map explains.
         logits: float32 ``(N,)`` the target's logit (the score that was differentiated).
         probabilities: float32 ``(N,)`` the target's probability under the model's head
@@ -81,10 +84,20 @@ class Explainer:
     (Zeiler & Fergus, 2014) drops the negative part but ignores the mask;
     ``method="vanilla"`` is the plain input gradient (Simonyan et al., 2014);
     ``"gradcam"`` is Grad-CAM (Selvaraju et al., 2017), ``"guided-gradcam"`` guided
-    backprop times Grad-CAM; ``"integrated-gradients"`` is Sundararajan et al. (2017).
-    ``smooth=N`` averages any method over N noisy copies (SmoothGrad, Smilkov et
-    al., 2017). Several methods (``method=("guided", "gradcam")``) share one forward
-    pass, and methods with the same ReLU rule share their backward pass.
+    backprop times Grad-CAM; ``"gradcam++"`` Grad-CAM++ (Chattopadhyay et al., 2018),
+    ``"layercam"`` LayerCAM (Jiang et al., 2021); ``"integrated-gradients"`` is
+    Sundararajan et al. (2017). ``smooth=N`` averages any method over N noisy copies
+    (SmoothGrad, Smilkov et al., 2017). Several methods (``method=("guided",
+    "gradcam")``) share one forward pass, and methods with the same ReLU rule share
+    their backward pass.
+
+    ``"scorecam"`` (Score-CAM, Wang et al., 2020) and ``"occlusion"`` (Zeiler & Fergus,
+    2014) are forward-only perturbation methods: about ``max_channels`` (Score-CAM) or
+    one per patch position (occlusion, 49 for 224x224 images by default) forward passes
+    per image, batched ``batch_size`` at a time, after the gradient methods' pass. The
+    classes of one image share those passes (:meth:`explain_top_k`); SmoothGrad
+    repeats them for each noisy copy. :meth:`predict` gives the same forward pass's
+    class scores and probabilities.
 
     A softmax or sigmoid head is bypassed: maps explain the pre-activation logit.
     Every ``Relu`` and ``Relu6`` op the forward pass creates is guided (fused
@@ -100,11 +113,11 @@ class Explainer:
         batch_size: Overrides ``options.batch_size``.
         options: :class:`~guidedbp.engine.options.MethodOptions`.
         pixel_to_input: Maps 0-255 pixels ``(N, H, W, C)`` into the model's input
-            space, to place the black and white integrated-gradients baselines.
-            Default: the identity (the model takes raw pixels).
+            space, to place the black and white integrated-gradients baselines and
+            occlusion's ``fill``. Default: the identity (the model takes raw pixels).
         **fields: Method options by their flat names (``layer``, ``upsample``,
-            ``smooth``, ``noise``, ``seed``, ``steps``, ``baseline``), replacing
-            those of ``options``.
+            ``smooth``, ``noise``, ``seed``, ``steps``, ``baseline``, ``max_channels``,
+            ``patch``, ``stride``, ``fill``), replacing those of ``options``.
 
     Raises:
         ValueError: For an unknown method or a bad argument.
@@ -133,9 +146,9 @@ class Explainer:
         self.methods = registry.as_methods(method)
         self.options = MethodOptions.of(options, batch_size=batch_size, **fields)
         layer = self.options.gradcam.layer
-        cams = [name for name in registry.METHODS if registry.method(name).options == "gradcam"]
+        cams = [name for name in registry.METHODS if "gradcam" in registry.method(name).options]
         if layer is not None and not set(cams) & set(self.methods):
-            raise ArgumentError(f"layer={layer!r} only applies to {' and '.join(cams)}")
+            raise ArgumentError(f"layer={layer!r} only applies to {', '.join(cams)}")
         if isinstance(model, (str, os.PathLike)):
             raise ArgumentError(
                 f"model={os.fspath(model)!r} is a path: load it with guidedbp.load_model, "
@@ -151,10 +164,19 @@ class Explainer:
         self._layer_path = None
         if layer is not None:
             self._layer_path = _gradcam.layer_path(model, layer) or layer.split("/")
-        # Methods computed straight from the clean images, and path-integrated ones.
-        self._direct = tuple(m for m in self.methods if not registry.method(m).path_integrated)
-        self._clean = self._direct or self.methods
+        records = [registry.method(m) for m in self.methods]
+        # Gradient methods computed straight from the clean images in the traced pass,
+        # path-integrated ones, and forward-only perturbation ones.
+        self._direct = tuple(r.name for r in records
+                             if not r.path_integrated and not r.perturbation)
+        self._integrated_methods = tuple(r.name for r in records if r.path_integrated)
+        self._perturbed = tuple(r.name for r in records if r.perturbation)
+        # The traced pass that resolves the classes: the direct methods', else the one
+        # integrated gradients runs anyway, else a pass computing no map.
+        self._clean = self._direct or self._integrated_methods[:1]
+        self._features = any(r.perturbation and r.feature_map for r in records)
         self._functions: dict[tuple, tf.types.experimental.GenericFunction] = {}
+        self._predict_functions: dict[tuple, tf.types.experimental.GenericFunction] = {}
         self._reports: dict[tuple, _graph.Report] = {}
         self._warned: set[tuple] = set()
         self.trace_count = 0
@@ -172,7 +194,7 @@ class Explainer:
 
     def __call__(self, images, target: Target = None) -> np.ndarray:
         """Saliency maps of the first method, float32, shaped like ``images`` (1 channel
-        for Grad-CAM).
+        for the class activation maps and occlusion).
 
         Args:
             images: float ``(N, H, W, C)`` in the model's input space.
@@ -183,22 +205,22 @@ class Explainer:
 
     def explain(self, images, target: Target = None) -> Explanation:
         """Every method's maps, with the classes they explain and their scores."""
-        images = _as_images(images)
-        targets = _as_targets(target, len(images))
+        images = _inputs.as_images(images)
+        targets = _inputs.as_targets(target, len(images))
         key = self._signature(images.shape[1:])
         report = self._report_for(key)
-        _check_range(targets, report.num_classes)
-        clean = self._run(self._clean, key, images, targets)
-        smoothing = self.options.smoothgrad.active
-        if not smoothing and self._direct == self.methods:
-            return clean
-        if smoothing:
-            smooth = self.options.smoothgrad
+        _inputs.check_range(targets, report.num_classes)
+        smooth = self.options.smoothgrad
+        if smooth.active:
+            clean = self._run(self._clean, key, images, targets)
             maps = _averaging.smoothgrad(
                 lambda batch, fixed: self._fixed_maps(key, batch, fixed), images, clean.targets,
                 smooth.smooth, smooth.noise, smooth.seed, self.batch_size,
             )
         else:
+            clean = self._columns(key, images, targets[:, None])[0]
+            if not self._integrated_methods:
+                return clean
             maps = {**clean.by_method, **self._integrated(key, images, clean.targets)}
         return Explanation({m: maps[m] for m in self.methods}, clean.targets, clean.logits,
                            clean.probabilities, clean.class_probabilities)
@@ -207,13 +229,13 @@ class Explainer:
         """Each image's ``k`` most probable classes (fewer if the model has fewer), most
         probable first: one :class:`Explanation` per rank.
 
-        The ranks share one forward pass (k backward passes) unless SmoothGrad or
-        integrated gradients average many passes anyway. Ties go to the lower class
-        index.
+        The ranks share one forward pass (k backward passes), and the perturbation
+        methods' forward passes, unless SmoothGrad or integrated gradients average many
+        passes anyway. Ties go to the lower class index.
         """
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ArgumentError(f"k={k!r} must be a positive integer")
-        images = _as_images(images)
+        images = _inputs.as_images(images)
         key = self._signature(images.shape[1:])
         k = min(int(k), self._report_for(key).num_classes)
         ranks = np.tile(-np.arange(1, k + 1, dtype=np.int32), (len(images), 1))
@@ -222,9 +244,10 @@ class Explainer:
     def explain_classes(self, images, classes: Sequence[int]) -> list[Explanation]:
         """The same ``classes`` for every image, in that order, from one forward pass:
         one :class:`Explanation` per class."""
-        images = _as_images(images)
+        images = _inputs.as_images(images)
         key = self._signature(images.shape[1:])
-        columns = [_as_targets(int(c) if isinstance(c, (int, np.integer)) else c, len(images))
+        columns = [_inputs.as_targets(int(c) if isinstance(c, (int, np.integer)) else c,
+                                      len(images))
                    for c in classes]
         if not columns:
             raise ArgumentError("classes is empty: expected at least one class")
@@ -233,15 +256,44 @@ class Explainer:
     def _explain_columns(self, key: tuple, images: np.ndarray, targets: np.ndarray
                          ) -> list[Explanation]:
         report = self._report_for(key)
-        _check_range(targets, report.num_classes)
-        if not self.options.smoothgrad.active and self._direct == self.methods:
-            return self._run_columns(self.methods, key, images, targets)
+        _inputs.check_range(targets, report.num_classes)
+        if not self.options.smoothgrad.active and not self._integrated_methods:
+            return self._columns(key, images, targets)
         # Averaged methods run their many passes per class anyway: resolve the ranks
         # from one clean pass, then explain class by class.
         if np.any(targets < 0):
-            clean = self._run_columns(self._clean, key, images, targets)
+            clean = self._run_columns(self._clean, key, images, targets).explanations
             targets = np.stack([e.targets for e in clean], axis=1).astype(np.int32)
         return [self.explain(images, targets[:, column]) for column in range(targets.shape[1])]
+
+    def predict(self, images) -> tuple[np.ndarray, np.ndarray]:
+        """Every class's score and probability, forward only.
+
+        The scores are the logits the maps explain (a softmax or sigmoid head bypassed;
+        a single-logit model scores class 0 as ``-z`` and class 1 as ``z``); the
+        probabilities are the model's own. Images go through the model ``batch_size`` at
+        a time, in a function traced once per input signature, with no gradient.
+
+        Args:
+            images: float ``(N, H, W, C)`` in the model's input space.
+
+        Returns:
+            ``(scores, probabilities)``, float32 ``(N, classes)`` each.
+
+        >>> import numpy as np, keras
+        >>> model = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Flatten(),
+        ...                           keras.layers.Dense(3, activation="softmax")])
+        >>> scores, probabilities = Explainer(model).predict(np.ones((2, 4, 4, 1)))
+        >>> scores.shape, probabilities.shape
+        ((2, 3), (2, 3))
+        """
+        images = _inputs.as_images(images)
+        key = self._signature(images.shape[1:])
+        function = self._predict_function(key)
+        parts = [function(images[start : start + self.batch_size])
+                 for start in range(0, len(images), self.batch_size)]
+        return (np.concatenate([scores.numpy() for scores, _ in parts]),
+                np.concatenate([probabilities.numpy() for _, probabilities in parts]))
 
     def report_for(self, image_shape: tuple) -> _graph.Report:
         """The report for images of ``(H, W, C)`` ``image_shape``, tracing once for it.
@@ -258,7 +310,7 @@ class Explainer:
         The report of the model's declared input shape; where the model declares none,
         the report of the newest image shape explained (:meth:`report_for` names one).
         """
-        shape = _declared_image_shape(self.model)
+        shape = _inputs.declared_image_shape(self.model)
         if shape is not None:
             return self._report_for(shape)
         if not self._reports:
@@ -272,12 +324,35 @@ class Explainer:
 
     def _fixed_maps(self, key: tuple, images: np.ndarray, targets: np.ndarray) -> dict:
         """Every method's maps for fixed classes (no SmoothGrad)."""
-        maps = self._run(self._direct, key, images, targets).by_method if self._direct else {}
+        maps = {}
+        if self._direct or self._perturbed:
+            maps = self._columns(key, images, targets[:, None])[0].by_method
         return {**maps, **self._integrated(key, images, targets)}
+
+    def _columns(self, key: tuple, images: np.ndarray, targets: np.ndarray
+                 ) -> list[Explanation]:
+        """The direct and perturbation methods for K classes per image (``targets``
+        ``(N, K)``, ``-r`` the r-th most probable): one Explanation per column, without
+        the path-integrated methods."""
+        run = self._run_columns(self._clean, key, images, targets, features=self._features)
+        computed = [m for m in self.methods if m in self._direct or m in self._perturbed]
+        if not self._perturbed:
+            return [replace(e, by_method={m: e.by_method[m] for m in computed})
+                    for e in run.explanations]
+        chosen = np.stack([e.targets for e in run.explanations], axis=1).astype(np.int32)
+        probe = _perturbation.Probe(
+            images, chosen, lambda batch: self._scores(key, batch), self.batch_size,
+            self.options, features=run.features,
+            fill=self._pixel_values(self.options.occlusion.fill, images.shape[-1]),
+        )
+        perturbed = {m: registry.method(m).combine(probe) for m in self._perturbed}
+        return [replace(e, by_method={m: perturbed[m][:, column] if m in perturbed
+                                      else e.by_method[m] for m in computed})
+                for column, e in enumerate(run.explanations)]
 
     def _integrated(self, key: tuple, images: np.ndarray, targets: np.ndarray) -> dict:
         """The path-integrated methods' maps, each over its own base map."""
-        names = [name for name in self.methods if registry.method(name).path_integrated]
+        names = self._integrated_methods
         if not names:
             return {}
         ig = self.options.integrated_gradients
@@ -293,13 +368,14 @@ class Explainer:
 
     def _run(self, methods: tuple, key: tuple, images: np.ndarray, targets: np.ndarray
              ) -> Explanation:
-        """``methods`` for one class per image (``targets`` ``(N,)``)."""
-        return self._run_columns(methods, key, images, targets[:, None])[0]
+        """``methods`` (gradient methods) for one class per image (``targets`` ``(N,)``)."""
+        return self._run_columns(methods, key, images, targets[:, None]).explanations[0]
 
     def _run_columns(self, methods: tuple, key: tuple, images: np.ndarray,
-                     targets: np.ndarray) -> list[Explanation]:
-        """``methods`` for K classes per image (``targets`` ``(N, K)``, ``-r`` the r-th most
-        probable), from one forward pass per batch: one Explanation per column."""
+                     targets: np.ndarray, features: bool = False) -> _Pass:
+        """Gradient ``methods`` for K classes per image (``targets`` ``(N, K)``, ``-r`` the
+        r-th most probable), from one forward pass per batch: one Explanation per column,
+        and with ``features`` the feature map of the images."""
         function = self._function(key, methods, targets.shape[1])
         parts = []
         for start in range(0, len(images), self.batch_size):
@@ -308,28 +384,45 @@ class Explainer:
         joined = {name: np.concatenate([p[name].numpy() for p in parts])
                   for name in ("targets", "logits", "probabilities", "class_probabilities")}
         maps = {m: np.concatenate([p["maps"][m].numpy() for p in parts]) for m in methods}
-        return [Explanation({m: maps[m][:, column] for m in methods},
-                            joined["targets"][:, column], joined["logits"][:, column],
-                            joined["probabilities"][:, column], joined["class_probabilities"])
-                for column in range(targets.shape[1])]
+        explanations = [
+            Explanation({m: maps[m][:, column] for m in methods}, joined["targets"][:, column],
+                        joined["logits"][:, column], joined["probabilities"][:, column],
+                        joined["class_probabilities"])
+            for column in range(targets.shape[1])
+        ]
+        feature_maps = (np.concatenate([p["features"].numpy() for p in parts]) if features
+                        else None)
+        return _Pass(explanations, feature_maps)
+
+    def _scores(self, key: tuple, images: np.ndarray) -> np.ndarray:
+        """Class scores of at most ``batch_size`` images, forward only."""
+        return self._predict_function(key)(images)[0].numpy()
 
     def _black_white(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
-        pixels = np.array([0.0, 255.0], np.float32).repeat(channels).reshape(2, 1, 1, channels)
+        black, white = self._pixel_values([0.0, 255.0], channels)
+        return black, white
+
+    def _pixel_values(self, values, channels: int) -> np.ndarray:
+        """Uniform pixels of 0-255 ``values`` in the model's input space: ``(len, C)``
+        (``(C,)`` for one value)."""
+        values = np.asarray(values, np.float32)
+        pixels = values.reshape(-1).repeat(channels).reshape(-1, 1, 1, channels)
         if self.pixel_to_input is not None:
             pixels = np.asarray(self.pixel_to_input(pixels), np.float32)
-        return pixels[0].reshape(channels), pixels[1].reshape(channels)
+        pixels = pixels.reshape(-1, channels)
+        return pixels[0] if values.ndim == 0 else pixels
 
     # -- tracing ----------------------------------------------------------------------
 
     def _signature(self, image_shape: tuple) -> tuple:
         """The trace key of an image shape: the declared shape (free dims stay free, so
         one trace serves every size), else the shape itself."""
-        declared = _declared_image_shape(self.model)
+        declared = _inputs.declared_image_shape(self.model)
         if declared is not None:
-            _check_shape(image_shape, declared)
+            _inputs.check_shape(image_shape, declared)
             return declared
         key = tuple(image_shape)
-        _build_if_needed(self.model, key)
+        _inputs.build_if_needed(self.model, key)
         return key
 
     def _report_for(self, key: tuple) -> _graph.Report:
@@ -361,7 +454,7 @@ class Explainer:
                 self.trace_count += 1
                 outputs, report = _trace.attribute(
                     self.model, images, targets, methods, self.methods, self._layer_path,
-                    self.options.gradcam.upsample,
+                    self.options.gradcam.upsample, features=self._features,
                 )
                 self._reports.setdefault(key, report)
                 return outputs
@@ -371,6 +464,30 @@ class Explainer:
                 traced, input_signature=signature, autograph=False
             )
         return self._functions[(key, methods, columns)]
+
+    def _predict_function(self, key: tuple):
+        """The forward-only function of signature ``key``: images -> (scores,
+        probabilities)."""
+        if key not in self._predict_functions:
+
+            def forward(images):
+                self.trace_count += 1
+                return _trace.predict(self.model, images)
+
+            self._predict_functions[key] = tf.function(
+                forward, input_signature=[tf.TensorSpec((None, *key), tf.float32, name="images")],
+                autograph=False,
+            )
+        return self._predict_functions[key]
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """What one traced pass over the images gave: an Explanation per class column, and
+    the feature map (``(N, h, w, k)``) when Score-CAM needs it."""
+
+    explanations: list[Explanation]
+    features: np.ndarray | None = None
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -389,71 +506,3 @@ def _caller_stacklevel() -> int:
             return level
         frame, level = frame.f_back, level + 1
     return 1
-
-
-def _check_range(targets: np.ndarray, num_classes: int) -> None:
-    if np.any(targets >= num_classes):
-        bad = int(targets[targets >= num_classes][0])
-        raise ArgumentError(
-            f"target class {bad} is out of range: the model has "
-            f"{num_classes} classes (0..{num_classes - 1})"
-        )
-
-
-def _as_images(images) -> np.ndarray:
-    array = np.asarray(images)
-    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
-        raise ArgumentError(f"images must be numeric, got dtype {array.dtype}")
-    if array.ndim != 4:
-        hint = " (add a batch axis: images[None])" if array.ndim == 3 else ""
-        raise ArgumentError(f"images must have shape (N, H, W, C), got {array.shape}{hint}")
-    if len(array) == 0:
-        raise ArgumentError("images is empty: expected at least one image")
-    return np.ascontiguousarray(array, dtype=np.float32)
-
-
-def _as_targets(target: Target, count: int) -> np.ndarray:
-    if target is None:
-        return np.full(count, -1, np.int32)
-    if isinstance(target, (int, np.integer)):
-        targets = np.full(count, int(target), np.int64)
-    else:
-        targets = np.asarray(target)
-        if targets.ndim != 1 or not np.issubdtype(targets.dtype, np.integer):
-            raise ArgumentError(
-                f"target must be None, an int or a sequence of ints, got {target!r}"
-            )
-        if len(targets) != count:
-            raise ArgumentError(f"target has {len(targets)} classes for {count} images")
-    if np.any(targets < 0):
-        raise ArgumentError(f"target classes must be >= 0, got {int(targets.min())}")
-    return targets.astype(np.int32)
-
-
-def _declared_image_shape(model) -> tuple | None:
-    try:
-        inputs = model.inputs
-    except (AttributeError, ValueError):
-        return None
-    if not inputs or len(inputs) != 1:
-        if inputs and len(inputs) > 1:
-            raise ArgumentError(
-                f"the model has {len(inputs)} inputs; guidedbp explains one image input"
-            )
-        return None
-    shape = tuple(inputs[0].shape[1:])
-    return shape if len(shape) == 3 else None
-
-
-def _check_shape(image_shape: tuple, declared: tuple) -> None:
-    if len(image_shape) != len(declared) or any(
-        d is not None and d != s for s, d in zip(image_shape, declared)
-    ):
-        want = "x".join("?" if d is None else str(d) for d in declared)
-        got = "x".join(str(s) for s in image_shape)
-        raise ArgumentError(f"the model takes images of HxWxC {want}, got {got}")
-
-
-def _build_if_needed(model, image_shape: tuple) -> None:
-    if not getattr(model, "built", True):
-        model(np.zeros((1, *image_shape), np.float32), training=False)

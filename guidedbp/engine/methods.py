@@ -1,21 +1,26 @@
 """The method registry: one record per attribution method, read by everything else.
 
-A method is what its traced function needs (an input gradient under some ReLU
-rule, a feature map and its plain gradient) and how it combines those parts into a
-map. The engine computes the parts every requested method needs from one forward
+A gradient method is what its traced function needs (an input gradient under some
+ReLU rule, a feature map and its plain gradient) and how it combines those parts into
+a map. The engine computes the parts every requested method needs from one forward
 pass, one ``tf.gradients`` call per ReLU rule; each record's ``combine`` then turns
-them into that method's map. ``guidedbp.METHODS``, the CLI's ``--method`` choices
-and help, comparison panels, ``evaluate`` and the Ray runner all read this table,
-so a new method is one record here plus its math.
+them into that method's map. A perturbation method (Score-CAM, occlusion) needs no
+gradient: its ``combine`` reads the model's scores on perturbed copies of the images,
+which the explainer computes after the traced pass, forward only.
+``guidedbp.METHODS``, the CLI's ``--method`` choices and help, comparison panels,
+``evaluate`` and the Ray runner all read this table, so a new method is one record
+here plus its math.
 
 Importing this module does not import TensorFlow: ``combine`` functions only call
-methods of the :class:`Parts` they receive.
+methods of the :class:`Parts` or :class:`Probe` they receive.
 
 >>> from guidedbp.engine.methods import METHODS, method
 >>> METHODS[:3]
 ('guided', 'vanilla', 'deconvnet')
 >>> method("guided-gradcam").relu_rule, method("guided-gradcam").feature_map
 ('guided', True)
+>>> method("occlusion").perturbation, method("scorecam").options
+(True, ('gradcam', 'scorecam'))
 """
 
 from __future__ import annotations
@@ -33,10 +38,26 @@ RELU_RULES = ("plain", "guided", "deconvnet")
 
 
 class Parts(Protocol):
-    """What a method's ``combine`` may use, inside the traced function."""
+    """What a gradient method's ``combine`` may use, inside the traced function."""
 
     input_gradient: object  # (N, H, W, C) gradient of the class score, under the method's rule
-    cam: object  # (N, H, W, 1) Grad-CAM map at the input size (plain gradient)
+
+    def cam(self, weighting: str) -> object:
+        """(N, H, W, 1) class activation map at the input size, from the feature map and
+        its plain gradient: ``weighting`` is ``"gradcam"``, ``"gradcam++"`` or
+        ``"layercam"`` (see :mod:`guidedbp.engine._gradcam`)."""
+
+
+class Probe(Protocol):
+    """What a perturbation method's ``combine`` may use, outside the traced function:
+    each returns float32 ``(N, K, H, W, 1)`` maps, K classes per image, from forward
+    passes on perturbed copies of the images (see :mod:`guidedbp.engine._perturbation`)."""
+
+    def score_cam(self) -> object:
+        """Feature-map channels weighted by the scores of the images they mask."""
+
+    def occlusion(self) -> object:
+        """The mean score drop of the patches that hide each pixel."""
 
 
 @dataclass(frozen=True)
@@ -49,37 +70,64 @@ class Method:
         paper: Where it comes from.
         relu_rule: The ReLU rule of the input gradient it needs (one of
             :data:`RELU_RULES`), or ``None`` when it needs no input gradient.
-        feature_map: Whether it needs a 4-D feature map and its plain gradient.
+        feature_map: Whether it needs a 4-D feature map (the ``layer`` option); a
+            gradient method also gets the feature map's plain gradient.
         path_integrated: Whether its map is integrated along a path from a baseline
             (integrated gradients): many passes per image.
-        signed: Whether the sign of its map means something (gradients), rather than
-            a non-negative coarse map (class activation maps).
-        options: The :class:`~guidedbp.engine.options.MethodOptions` group that
-            applies to it alone, or ``None``.
-        combine: The parts -> the map, in the traced function.
+        perturbation: Whether its map comes from the model's scores on perturbed copies
+            of the image, forward only (Score-CAM, occlusion): many forward passes per
+            image, run after the traced gradient pass; ``combine`` then takes a
+            :class:`Probe` rather than :class:`Parts`.
+        signed: Whether the sign of its map means something (gradients, score drops),
+            rather than a non-negative coarse map (class activation maps).
+        options: The :class:`~guidedbp.engine.options.MethodOptions` groups that apply
+            to it alone (``gradcam``: the feature-map layer and upsampling).
+        combine: The parts -> the map: ``(N, H, W, C)`` from :class:`Parts` in the traced
+            function, or ``(N, K, H, W, 1)`` from a :class:`Probe`.
     """
 
     name: str
     title: str
     paper: str
     relu_rule: str | None
-    combine: Callable[[Parts], object]
+    combine: Callable[[Parts], object] | Callable[[Probe], object]
     feature_map: bool = False
     path_integrated: bool = False
+    perturbation: bool = False
     signed: bool = True
-    options: str | None = None
+    options: tuple[str, ...] = ()
 
 
 def _input_gradient(parts: Parts):
     return parts.input_gradient
 
 
-def _cam(parts: Parts):
-    return parts.cam
+def _gradcam(parts: Parts):
+    return parts.cam("gradcam")
 
 
-def _guided_cam(parts: Parts):
-    return parts.input_gradient * parts.cam
+def _guided_gradcam(parts: Parts):
+    return parts.input_gradient * parts.cam("gradcam")
+
+
+def _gradcam_plus_plus(parts: Parts):
+    return parts.cam("gradcam++")
+
+
+def _guided_gradcam_plus_plus(parts: Parts):
+    return parts.input_gradient * parts.cam("gradcam++")
+
+
+def _layercam(parts: Parts):
+    return parts.cam("layercam")
+
+
+def _score_cam(probe: Probe):
+    return probe.score_cam()
+
+
+def _occlusion(probe: Probe):
+    return probe.occlusion()
 
 
 _REGISTRY = (
@@ -89,12 +137,25 @@ _REGISTRY = (
     Method("deconvnet", "thresholded gradient, no forward mask",
            "Zeiler & Fergus 2014", "deconvnet", _input_gradient),
     Method("gradcam", "Grad-CAM: gradient-weighted feature map", "Selvaraju et al. 2017", None,
-           _cam, feature_map=True, signed=False, options="gradcam"),
+           _gradcam, feature_map=True, signed=False, options=("gradcam",)),
     Method("guided-gradcam", "guided backprop times Grad-CAM", "Selvaraju et al. 2017", "guided",
-           _guided_cam, feature_map=True, options="gradcam"),
+           _guided_gradcam, feature_map=True, options=("gradcam",)),
+    Method("gradcam++", "Grad-CAM++: positive gradients, weighted per position",
+           "Chattopadhyay et al. 2018", None, _gradcam_plus_plus, feature_map=True,
+           signed=False, options=("gradcam",)),
+    Method("guided-gradcam++", "guided backprop times Grad-CAM++", "Chattopadhyay et al. 2018",
+           "guided", _guided_gradcam_plus_plus, feature_map=True, options=("gradcam",)),
+    Method("layercam", "LayerCAM: positive gradient times activation, at any layer",
+           "Jiang et al. 2021", None, _layercam, feature_map=True, signed=False,
+           options=("gradcam",)),
+    Method("scorecam", "Score-CAM: feature maps weighted by the scores of masked images",
+           "Wang et al. 2020", None, _score_cam, feature_map=True, perturbation=True,
+           signed=False, options=("gradcam", "scorecam")),
+    Method("occlusion", "score drop when a sliding patch hides each region",
+           "Zeiler & Fergus 2014", None, _occlusion, perturbation=True, options=("occlusion",)),
     Method("integrated-gradients", "gradient integrated along a path from a baseline",
            "Sundararajan et al. 2017", "plain", _input_gradient, path_integrated=True,
-           options="integrated_gradients"),
+           options=("integrated_gradients",)),
 )
 
 #: Every method by name, in the order the CLI lists them.

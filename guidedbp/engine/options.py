@@ -1,9 +1,10 @@
 """The attribution methods' options: frozen, picklable, defaults declared once.
 
-Grouped by concern: Grad-CAM's layer and upsampling, SmoothGrad's noise, integrated
-gradients' path. The CLI builds its flags from these fields (a test checks that
-every default and choice list agrees), and the Ray runner ships them as they are.
-Importing this module does not import TensorFlow.
+Grouped by concern: the class activation maps' layer and upsampling, SmoothGrad's
+noise, integrated gradients' path, Score-CAM's channels, occlusion's patch. The CLI
+builds its flags from these fields (a test checks that every default and choice list
+agrees; a field with ``metadata["help"]`` brings its own flag), and the Ray runner
+ships them as they are. Importing this module does not import TensorFlow.
 
 >>> from guidedbp.engine.options import MethodOptions
 >>> options = MethodOptions.of(smooth=8, layer="conv")
@@ -32,9 +33,15 @@ def _positive_int(name: str, value, minimum: int = 1) -> None:
         raise ArgumentError(f"{name}={value!r} must be {kind}")
 
 
+def _optional_positive_int(name: str, value) -> None:
+    if value is not None:
+        _positive_int(name, value)
+
+
 @dataclass(frozen=True)
 class GradCamOptions:
-    """Grad-CAM (and guided Grad-CAM) options.
+    """Options of the class activation maps: Grad-CAM, Grad-CAM++, LayerCAM, Score-CAM
+    and their guided versions.
 
     Attributes:
         layer: The feature-map layer's name; ``None``: the last layer with a 4-D
@@ -103,6 +110,70 @@ class IntegratedGradientsOptions:
 
 
 @dataclass(frozen=True)
+class ScoreCamOptions:
+    """Score-CAM (Wang et al. 2020).
+
+    Attributes:
+        max_channels: Feature-map channels scored per image, those of largest mean
+            activation; each costs one forward pass. ``None`` or 0: every channel.
+    """
+
+    max_channels: int | None = field(default=32, metadata={
+        "help": "Score-CAM: feature-map channels scored per image, largest mean activation "
+                "first (one forward pass each); 0: all.",
+        "metavar": "N", "min": 0})
+
+    def __post_init__(self):
+        if self.max_channels is not None:
+            _positive_int("max_channels", self.max_channels, minimum=0)
+
+
+@dataclass(frozen=True)
+class OcclusionOptions:
+    """Occlusion (Zeiler & Fergus 2014): a patch slid over the image.
+
+    ``fill`` is a pixel value (0-255, the same in every channel), not an input-space
+    value: the explainer maps it into the model's input space with its
+    ``pixel_to_input``, as it does integrated gradients' black and white baselines. The
+    default, mid-gray 127.5, is the paper's gray square, and is close to the input-space
+    zero (the mean pixel) of the usual ImageNet preprocessings.
+
+    Attributes:
+        patch: The patch's side in pixels; ``None``: a quarter of the images' shorter
+            side (56 for 224x224 images).
+        stride: How far the patch moves each step, in pixels, at most ``patch``;
+            ``None``: half the patch. 224x224 images with the defaults: 7x7 = 49
+            positions, one forward pass each.
+        fill: The patch's pixel value, 0-255.
+    """
+
+    patch: int | None = field(default=None, metadata={
+        "help": "Occlusion: patch side in pixels [default: a quarter of the shorter image "
+                "side].",
+        "metavar": "PX", "integer": True, "min": 1})
+    stride: int | None = field(default=None, metadata={
+        "help": "Occlusion: patch step in pixels, at most the patch [default: half the "
+                "patch].",
+        "metavar": "PX", "integer": True, "min": 1})
+    fill: float = field(default=127.5, metadata={
+        "help": "Occlusion: the patch's pixel value (0-255, every channel), preprocessed "
+                "like the images.",
+        "metavar": "PIXEL", "min": 0.0, "max": 255.0})
+
+    def __post_init__(self):
+        _optional_positive_int("patch", self.patch)
+        _optional_positive_int("stride", self.stride)
+        if self.patch is not None and self.stride is not None and self.stride > self.patch:
+            raise ArgumentError(
+                f"stride={self.stride!r} must not exceed patch={self.patch!r}: pixels between "
+                "patches would get no value"
+            )
+        if isinstance(self.fill, bool) or not isinstance(self.fill, (int, float)) \
+                or not 0 <= self.fill <= 255:
+            raise ArgumentError(f"fill={self.fill!r} must be a pixel value from 0 to 255")
+
+
+@dataclass(frozen=True)
 class MethodOptions:
     """Every method's options, grouped by the methods they apply to.
 
@@ -112,6 +183,8 @@ class MethodOptions:
         gradcam: :class:`GradCamOptions`.
         smoothgrad: :class:`SmoothGradOptions`.
         integrated_gradients: :class:`IntegratedGradientsOptions`.
+        scorecam: :class:`ScoreCamOptions`.
+        occlusion: :class:`OcclusionOptions`.
     """
 
     batch_size: int = DEFAULT_BATCH_SIZE
@@ -119,6 +192,8 @@ class MethodOptions:
     smoothgrad: SmoothGradOptions = field(default_factory=SmoothGradOptions)
     integrated_gradients: IntegratedGradientsOptions = field(
         default_factory=IntegratedGradientsOptions)
+    scorecam: ScoreCamOptions = field(default_factory=ScoreCamOptions)
+    occlusion: OcclusionOptions = field(default_factory=OcclusionOptions)
 
     def __post_init__(self):
         _positive_int("batch_size", self.batch_size)
@@ -128,7 +203,8 @@ class MethodOptions:
         """``options`` (default: all defaults) with fields replaced by their flat names.
 
         Flat names are the fields of the groups (``layer``, ``smooth``, ``steps``,
-        ...) and ``batch_size``; ``None`` for ``batch_size`` keeps the current value.
+        ``max_channels``, ``patch``, ...) and ``batch_size``; ``None`` for ``batch_size``
+        keeps the current value.
 
         Raises:
             ValueError: For an unknown name or a bad value.
@@ -158,6 +234,7 @@ class MethodOptions:
 
 
 _GROUPS = {"gradcam": GradCamOptions, "smoothgrad": SmoothGradOptions,
-           "integrated_gradients": IntegratedGradientsOptions}
+           "integrated_gradients": IntegratedGradientsOptions, "scorecam": ScoreCamOptions,
+           "occlusion": OcclusionOptions}
 _FLAT_NAMES = {"batch_size": "", **{f.name: group for group, kind in _GROUPS.items()
                                     for f in dataclasses.fields(kind)}}
