@@ -31,9 +31,11 @@ demo: $(STAMP)
 demo-model: $(STAMP)
 	$(PY) -m guidedbp.demo.train
 
-# The README's localisation tables for the bundled model.
+# The README's tables for the bundled model: localisation against the shapes' masks,
+# deletion and insertion (no masks needed), and each method's cost relative to guided.
 eval: $(STAMP)
-	$(VENV)/bin/guidedbp evaluate demo --shapes 500 --seed 1000
+	$(VENV)/bin/guidedbp evaluate demo --shapes 500 --seed 1000 --method all \
+		--metric pointing,energy,deletion,insertion --costs
 	$(VENV)/bin/guidedbp evaluate demo --shapes 500 --seed 1000 --distractors
 	$(VENV)/bin/guidedbp evaluate demo --shapes 500 --seed 1000 --distractors --explain-distractor
 

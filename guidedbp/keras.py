@@ -43,6 +43,7 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from guidedbp.engine import methods as registry
+from guidedbp.engine._inputs import as_images
 from guidedbp.engine.explainer import Explainer, Explanation
 from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError
@@ -151,7 +152,7 @@ class SaliencyCallback(keras.callbacks.Callback):
         **options,
     ):
         super().__init__()
-        self.images = _as_images(images)
+        self.images = as_images(images)
         count = len(self.images)
         self.methods = registry.as_methods(methods)
         if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, (int, np.integer)) \
@@ -328,18 +329,6 @@ def _write_image(tag: str, picture: np.ndarray, step: int, description: str) -> 
                                                            content=b""),
     )
     tf.summary.write(tag, tensor, step=step, metadata=metadata)
-
-
-def _as_images(images) -> np.ndarray:
-    array = np.asarray(images)
-    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
-        raise ArgumentError(f"images must be numeric, got dtype {array.dtype}")
-    if array.ndim != 4:
-        hint = " (add a batch axis: images[None])" if array.ndim == 3 else ""
-        raise ArgumentError(f"images must have shape (N, H, W, C), got {array.shape}{hint}")
-    if len(array) == 0:
-        raise ArgumentError("images is empty: expected at least one image")
-    return np.ascontiguousarray(array, dtype=np.float32)
 
 
 def _as_classes(classes, count: int) -> np.ndarray | None:

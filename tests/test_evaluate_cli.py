@@ -260,3 +260,41 @@ def test_usage_errors_of_the_games(setup, args, fragment):
 def test_games_need_images_or_shapes(setup):
     result = run_cli("evaluate", setup / "m.keras", "--metric", "deletion", code=2)
     assert "give IMAGES, or --shapes N" in result.output
+
+
+def test_costs_time_each_method_against_guided(noisy):
+    result = run_cli("evaluate", noisy / "m.keras", noisy / "images", "--metric", "deletion",
+                     "--method", "vanilla,occlusion", "--steps", "2", "--costs", "--json",
+                     code=0)
+    costs = json.loads(result.output)["costs"]
+    assert (costs["reference"], costs["images"], costs["rounds"]) == ("guided", 3, 3)
+    assert list(costs["relative"]) == ["guided", "vanilla", "occlusion"]
+    assert costs["relative"]["guided"] == 1.0
+    # Occlusion runs 25 forward passes per image (5x5 positions of a 4-px patch on 16 px),
+    # against one forward and one backward pass: it must cost more.
+    assert costs["relative"]["occlusion"] > 1.5
+    table = run_cli("evaluate", noisy / "m.keras", noisy / "images", "--metric", "deletion",
+                    "--method", "vanilla", "--steps", "2", "--costs", code=0).output
+    assert "cost per image relative to guided" in table
+
+
+def test_relative_costs_validates_and_puts_the_reference_first():
+    from guidedbp.checks.costs import relative_costs
+    from guidedbp.errors import ArgumentError
+
+    calls = []
+
+    class Counting:  # a real object with the one method relative_costs calls
+        def __init__(self, name):
+            calls.append(name)
+
+        def explain(self, images):
+            return images
+
+    costs = relative_costs(Counting, np.zeros((1, 2, 2, 1)), ("vanilla", "guided"), rounds=2)
+    assert list(costs) == ["guided", "vanilla"] and calls == ["guided", "vanilla"]
+    assert costs["guided"] == 1.0
+    with pytest.raises(ArgumentError, match="rounds=0"):
+        relative_costs(Counting, np.zeros((1, 2, 2, 1)), ("guided",), rounds=0)
+    with pytest.raises(ArgumentError, match="empty"):
+        relative_costs(Counting, np.zeros((0, 2, 2, 1)), ("guided",))

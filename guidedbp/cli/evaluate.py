@@ -29,6 +29,7 @@ from guidedbp.cli.common import (
     parse_comma_list,
     parse_methods,
 )
+from guidedbp.cli.evaluate_output import check_figure_targets, format_table, write_curves
 from guidedbp.engine.methods import REGISTRY
 
 TOLERANCE = 15  # pixels, as in Zhang et al. (2016)
@@ -62,6 +63,9 @@ METRICS = (*MASK_METRICS, *GAMES)
               callback=parse_comma_list(METRICS), metavar="LIST",
               help=f"Comma list of {', '.join(METRICS)}. pointing and energy need --masks or "
                    "--shapes; deletion and insertion need no masks.")
+@click.option("--costs", is_flag=True,
+              help="Also time each method alone on the first batch (after a warm-up run) "
+                   "and print its cost per image relative to guided.")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=TOLERANCE,
               show_default=True, help="Pointing-game tolerance in pixels.")
 @click.option("--steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True,
@@ -80,8 +84,8 @@ METRICS = (*MASK_METRICS, *GAMES)
 @model_options
 @errors_handled
 def evaluate_command(model, images, masks, shapes, seed, distractors, explain_distractor, methods,
-                     metrics, tolerance, steps, baseline, plot_curves, batch_size, as_json,
-                     **options) -> None:
+                     metrics, costs, tolerance, steps, baseline, plot_curves, batch_size,
+                     as_json, **options) -> None:
     """How well MODEL's maps localise objects, and how faithful they are to the model.
 
     \b
@@ -134,7 +138,7 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     else:
         samples = _from_files(images, masks, loaded.channels)
     if plot_curves is not None:
-        _check_figure_targets(plot_curves, samples, settings.games)
+        check_figure_targets(plot_curves, samples, settings.games)
     explainer = Explainer(loaded, methods, batch_size=batch_size)  # one forward pass for all
     measured = measure(loaded, explainer, samples, settings, options)
     result = {
@@ -150,8 +154,10 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
         result["results"] = mask_rows(measured.scored, loaded.labels, settings)
     if settings.games:
         result["faithfulness"] = faithfulness_record(measured, samples, loaded.labels)
+    if costs:
+        result["costs"] = _costs(loaded, samples, methods, batch_size, options)
     if plot_curves is not None:
-        _write_curves(plot_curves, result["faithfulness"], samples)
+        write_curves(plot_curves, result["faithfulness"], samples)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -268,6 +274,26 @@ def _from_files(inputs, mask_root: str | None, channels: int):
 # -- scoring ---------------------------------------------------------------------------
 
 
+COST_ROUNDS = 3  # timed runs per method for --costs
+
+
+def _costs(loaded, samples: list, methods, batch_size: int, options: dict) -> dict:
+    """Each method's cost per image over guided's, each alone on the first batch."""
+    from guidedbp.api import Explainer
+    from guidedbp.checks.costs import relative_costs
+    from guidedbp.models.preprocess import prepare
+
+    chunk = samples[:batch_size]
+    inputs = np.stack([prepare(sample.picture, loaded.input_shape, loaded.preprocess,
+                               options.get("size"), options.get("resize", "stretch"))[2]
+                       for sample in chunk])
+    ratios = relative_costs(lambda name: Explainer(loaded, name, batch_size=batch_size),
+                            inputs, methods, rounds=COST_ROUNDS)
+    return {"reference": "guided", "images": len(inputs), "rounds": COST_ROUNDS,
+            "relative": {name: round(value, 3) for name, value in ratios.items()}}
+
+
+
 def measure(loaded, explainer, samples: list, settings: Settings, options: dict) -> Measured:
     """Explain the samples a batch at a time; score each map against its mask and play
     the deletion and insertion games with it, as ``settings`` asks."""
@@ -366,100 +392,3 @@ def faithfulness_record(measured: Measured, samples: list, labels) -> dict:
         for method, result in results.items()
     }
     return record
-
-
-# -- figures ---------------------------------------------------------------------------
-
-
-def _figure_path(folder: str, sample: Sample, game: str) -> str:
-    from guidedbp.io.inputs import output_stem
-
-    return os.path.join(folder, f"{sample.stem or output_stem(sample.name)}.{game}.png")
-
-
-def _check_figure_targets(folder: str, samples: list, games) -> None:
-    """Refuse to replace a file that is not a figure guidedbp wrote."""
-    from guidedbp.plot import is_own_figure
-
-    for sample in samples:
-        for game in games:
-            path = _figure_path(folder, sample, game)
-            if os.path.lexists(path) and not is_own_figure(path):
-                raise UsageFailure(f"{path} exists and is not a figure guidedbp wrote: "
-                                   "move it, or choose another --plot-curves folder")
-
-
-def _write_curves(folder: str, record: dict, samples: list) -> None:
-    """One PNG per image and game: a curve per method, its AUC in the legend."""
-    from guidedbp.io.write import atomic_write_bytes
-    from guidedbp.plot import figure_bytes, plot_curves
-
-    for index, (sample, image) in enumerate(zip(samples, record["images"])):
-        for game in next(iter(record["methods"].values())):
-            curves = {method: np.array(games[game]["curves"][index])
-                      for method, games in record["methods"].items()}
-            title = f"{sample.name}: {image['class']} (class {image['target']})"
-            if len(title) > 70:
-                title = "..." + title[-67:]
-            figure = plot_curves(curves, title, game=game)
-            atomic_write_bytes(_figure_path(folder, sample, game), figure_bytes(figure, "png"))
-
-
-# -- output ----------------------------------------------------------------------------
-
-
-def format_table(result: dict) -> str:
-    """The mask metrics (rows: classes then overall) and the games (rows: images then
-    the mean), one column per method."""
-    lines = [f"model {result['model']} on {result['data']}"]
-    if "results" in result:
-        lines += _mask_tables(result)
-    if "faithfulness" in result:
-        lines += _game_tables(result["faithfulness"])
-    return "\n".join(lines)
-
-
-def _mask_tables(result: dict) -> list[str]:
-    rows = result["results"]
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    classes = list(dict.fromkeys(r["class"] for r in rows))
-    cell = {(r["method"], r["class"]): r for r in rows}
-    width = max(10, *(len(m) + 2 for m in methods))
-    tables = [("pointing_game", f"pointing game (within {result['tolerance']:g} px)"),
-              ("energy_inside", "share of map energy inside the mask"),
-              ("pointing_game_other", "pointing game on the OTHER object (lower is "
-                                      "more class-discriminative)")]
-    lines = []
-    for key, title in [(key, title) for key, title in tables if key in rows[0]]:
-        lines += ["", title, f"{'class':<12}{'n':>6}" + "".join(f"{m:>{width}}" for m in methods)]
-        for name in classes:
-            count = cell[(methods[0], name)]["n"] if (methods[0], name) in cell else 0
-            values = "".join(
-                f"{cell[(m, name)][key]:>{width}.3f}" if (m, name) in cell else " " * width
-                for m in methods
-            )
-            lines.append(f"{name:<12}{count:>6}{values}")
-    return lines
-
-
-_NAME_WIDTH = 40  # longer image names keep their end
-
-
-def _game_tables(record: dict) -> list[str]:
-    methods = record["methods"]
-    width = max(10, *(len(m) + 2 for m in methods))
-    names = [image["image"] if len(image["image"]) <= _NAME_WIDTH
-             else "..." + image["image"][3 - _NAME_WIDTH:] for image in record["images"]]
-    column = max(12, *(len(name) + 2 for name in names))
-    lines = []
-    for game in next(iter(methods.values())):
-        better = "lower" if game == "deletion" else "higher"
-        lines += ["", f"{game} AUC ({record['baseline']} baseline, {record['steps']} steps; "
-                      f"{better} is more faithful)",
-                  f"{'image':<{column}}" + "".join(f"{m:>{width}}" for m in methods)]
-        for index, name in enumerate(names):
-            lines.append(f"{name:<{column}}" + "".join(
-                f"{methods[m][game]['auc'][index]:>{width}.3f}" for m in methods))
-        lines.append(f"{'mean':<{column}}" + "".join(
-            f"{methods[m][game]['mean_auc']:>{width}.3f}" for m in methods))
-    return lines

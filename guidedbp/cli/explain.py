@@ -94,8 +94,9 @@ file it did not write.""")
 @field_option("recursive", "--recursive/--no-recursive", help="Walk INPUT folders recursively.")
 @field_option("methods", "--method", metavar="LIST", callback=parse_methods, help=METHODS_HELP)
 @field_option("layer", "--layer",
-              help="Grad-CAM layer name (default: the last 4-D layer before pooling, "
-                   "inside nested models too).")
+              help="Layer of the class activation maps (gradcam, gradcam++, layercam, "
+                   "scorecam and their guided versions). Default: the last 4-D layer before "
+                   "pooling, inside nested models too.")
 @field_option("upsample", "--upsample", type=click.Choice(UPSAMPLING),
               help="Grad-CAM upsampling to the input size.")
 @field_option("smooth", "--smooth", type=click.IntRange(min=0), metavar="N",

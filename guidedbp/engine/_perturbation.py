@@ -162,7 +162,7 @@ def occlusion(images: np.ndarray, targets: np.ndarray, scores: ScoresFunction, c
         scores: Class scores of a batch of copies.
         chunk: Copies per batch.
         patch: Patch side in pixels; ``None``: a quarter of the shorter side.
-        stride: Step in pixels; ``None``: half the patch.
+        stride: Step in pixels; ``None``: two thirds of the patch, rounded up.
         fill: ``(C,)`` input-space value pasted into the patch.
 
     Returns:
@@ -199,8 +199,8 @@ def occlusion_geometry(height: int, width: int, patch: int | None, stride: int |
                        ) -> tuple[int, int]:
     """The patch and stride for ``height`` x ``width`` images, defaults filled in.
 
-    >>> occlusion_geometry(224, 224, None, None)  # 7 x 7 positions
-    (56, 28)
+    >>> occlusion_geometry(224, 224, None, None)  # 6 x 6 positions
+    (56, 38)
 
     Raises:
         ArgumentError: The patch is larger than the images, or the stride than the patch.
@@ -209,8 +209,8 @@ def occlusion_geometry(height: int, width: int, patch: int | None, stride: int |
         patch = max(1, min(height, width) // 4)
     if patch > min(height, width):
         raise ArgumentError(f"patch={patch} is larger than the {height}x{width} images")
-    if stride is None:
-        stride = max(1, patch // 2)
+    if stride is None:  # two thirds of the patch: 6 x 6 positions, overlapping by a third
+        stride = max(1, -(-2 * patch // 3))
     if stride > patch:
         raise ArgumentError(
             f"stride={stride} must not exceed patch={patch}: pixels between patches would get "

@@ -142,18 +142,20 @@ class OcclusionOptions:
         patch: The patch's side in pixels; ``None``: a quarter of the images' shorter
             side (56 for 224x224 images).
         stride: How far the patch moves each step, in pixels, at most ``patch``;
-            ``None``: half the patch. 224x224 images with the defaults: 7x7 = 49
-            positions, one forward pass each.
+            ``None``: two thirds of the patch, rounded up. 224x224 images with the
+            defaults: 6x6 = 36 positions, one forward pass each (about 17 times guided
+            backprop's time on ResNet50).
         fill: The patch's pixel value, 0-255.
     """
 
     patch: int | None = field(default=None, metadata={
-        "help": "Occlusion: patch side in pixels [default: a quarter of the shorter image "
-                "side].",
+        "help": "Occlusion: patch side in pixels; one forward pass per patch position "
+                "[default: a quarter of the shorter image side: 6x6 = 36 positions with "
+                "the default stride].",
         "metavar": "PX", "integer": True, "min": 1})
     stride: int | None = field(default=None, metadata={
-        "help": "Occlusion: patch step in pixels, at most the patch [default: half the "
-                "patch].",
+        "help": "Occlusion: patch step in pixels, at most the patch [default: two thirds "
+                "of the patch].",
         "metavar": "PX", "integer": True, "min": 1})
     fill: float = field(default=127.5, metadata={
         "help": "Occlusion: the patch's pixel value (0-255, every channel), preprocessed "
