@@ -366,30 +366,37 @@ def memory_big(folder: str) -> None:
 PERTURBATION_TARGET = 20.0
 
 
-def method_costs(rounds: int = 3, batch: int = 16) -> None:
+def method_costs(rounds: int = 3, batch: int = 16, only=None) -> None:
     from guidedbp import METHODS
     from guidedbp.engine.methods import method
 
     keras.utils.set_random_seed(0)
     model = keras.applications.ResNet50(weights=None)
     images = np.random.default_rng(0).normal(size=(batch, 224, 224, 3)).astype("float32")
-    seconds = {}
-    for name in METHODS:
-        explainer = Explainer(model, name, batch_size=batch)
+    names = ["guided", *(name for name in (only or METHODS) if name != "guided")]
+    explainers = {name: Explainer(model, name, batch_size=batch) for name in names}
+    for explainer in explainers.values():
         explainer.explain(images)  # traced and run once
-        seconds[name] = statistics.median(timed(explainer.explain, images)
-                                          for _ in range(rounds)) / batch
-    guided = seconds["guided"]
-    print(f"cost per image relative to guided, ResNet50 weights=None, 224x224, batch {batch} "
-          f"(guided: {guided * 1000:.0f} ms per image):")
-    for name, value in seconds.items():
-        record = method(name)
-        many = record.perturbation
+    # Interleaved rounds, each method against the guided run of its own round, so a
+    # machine that slows down for a while slows both sides of a ratio.
+    ratios: dict[str, list[float]] = {name: [] for name in names}
+    guided_seconds = []
+    for _ in range(rounds):
+        guided = timed(explainers["guided"].explain, images)
+        guided_seconds.append(guided)
+        for name in names:
+            seconds = guided if name == "guided" else timed(explainers[name].explain, images)
+            ratios[name].append(seconds / guided)
+    print(f"cost per image relative to guided, ResNet50 weights=None, 224x224, batch {batch}, "
+          f"median of {rounds} interleaved rounds (guided: "
+          f"{statistics.median(guided_seconds) / batch * 1000:.0f} ms per image):")
+    for name in names:
+        value = statistics.median(ratios[name])
         verdict = ""
-        if many:
+        if method(name).perturbation:
             verdict = (f" (target <= {PERTURBATION_TARGET:.0f} "
-                       f"{'met' if value / guided <= PERTURBATION_TARGET else 'NOT met'})")
-        print(f"  {name:<22}{value / guided:>7.2f}{verdict}")
+                       f"{'met' if value <= PERTURBATION_TARGET else 'NOT met'})")
+        print(f"  {name:<22}{value:>7.2f}{verdict}")
 
 
 #: The most the callback's epoch may cost, over one plain Explainer call.
@@ -471,6 +478,8 @@ def main() -> None:
     parser.add_argument("--only", choices=["engine", "savedmodel", "methods", "end-to-end",
                                            "memory", "memory-big", "ray", "callback",
                                            "report", "costs"])
+    parser.add_argument("--methods", default=None,
+                        help="With --only costs: a comma list of methods (default: all).")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="guidedbp-bench-") as folder:
         if args.only in (None, "engine"):
@@ -486,7 +495,7 @@ def main() -> None:
         if args.only in (None, "memory-big"):
             memory_big(folder)
         if args.only in (None, "costs"):
-            method_costs()
+            method_costs(only=args.methods.split(",") if args.methods else None)
         if args.only in (None, "callback"):
             callback_cost(folder)
         if args.only in (None, "report"):

@@ -143,6 +143,25 @@ def parse_comma_list(choices):
     return parse
 
 
+def complete_comma_list(choices, extra: tuple[str, ...] = ()):
+    """Shell completion for a comma list of ``choices``: completes the last name after
+    the names already typed, which it leaves out (``--method guided,gr<TAB>`` offers
+    ``guided,gradcam``, ``guided,gradcam++``, ...). ``extra`` names (``all``) are offered
+    only as the first word."""
+
+    def complete(ctx, param, incomplete: str) -> list:
+        from click.shell_completion import CompletionItem
+
+        done, _, last = incomplete.rpartition(",")
+        typed = {name.strip() for name in done.split(",") if name.strip()}
+        prefix = f"{done}," if done else ""
+        names = [*choices, *(extra if not done else ())]
+        return [CompletionItem(prefix + name) for name in names
+                if name.startswith(last) and name not in typed]
+
+    return complete
+
+
 class GroupedCommand(click.Command):
     """A command whose ``--help`` lists its options in titled groups.
 

@@ -22,6 +22,7 @@ from guidedbp.checks.faithfulness import (
 from guidedbp.cli.common import (
     UsageFailure,
     batch_size_option,
+    complete_comma_list,
     errors_handled,
     import_tensorflow,
     load_options,
@@ -30,7 +31,7 @@ from guidedbp.cli.common import (
     parse_methods,
 )
 from guidedbp.cli.evaluate_output import check_figure_targets, format_table, write_curves
-from guidedbp.engine.methods import REGISTRY
+from guidedbp.engine.methods import METHODS, REGISTRY
 
 TOLERANCE = 15  # pixels, as in Zhang et al. (2016)
 # Methods evaluated by default: all but those of many passes per image (integrated
@@ -58,8 +59,10 @@ METRICS = (*MASK_METRICS, *GAMES)
               help="With --distractors: explain the distractor's class and score against its "
                    "mask; the table also shows how often the map points at the target instead.")
 @click.option("--method", "methods", default=",".join(DEFAULT_METHODS), show_default=True,
+              shell_complete=complete_comma_list(METHODS, extra=("all",)),
               callback=parse_methods, metavar="LIST", help="Comma list of methods, or 'all'.")
 @click.option("--metric", "metrics", default=",".join(MASK_METRICS), show_default=True,
+              shell_complete=complete_comma_list(METRICS),
               callback=parse_comma_list(METRICS), metavar="LIST",
               help=f"Comma list of {', '.join(METRICS)}. pointing and energy need --masks or "
                    "--shapes; deletion and insertion need no masks.")

@@ -18,6 +18,7 @@ from guidedbp.cli.common import (
     GroupedCommand,
     UsageFailure,
     batch_size_option,
+    complete_comma_list,
     described_method_names,
     errors_handled,
     field_option,
@@ -28,7 +29,7 @@ from guidedbp.cli.common import (
     parse_comma_list,
     parse_methods,
 )
-from guidedbp.engine.methods import REGISTRY
+from guidedbp.engine.methods import METHODS, REGISTRY
 from guidedbp.engine.options import BASELINES, UPSAMPLING
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, MAX_DPI, MIN_DPI, RunOptions
 from guidedbp.plot import FIGURE_FORMATS
@@ -92,7 +93,8 @@ file it did not write.""")
 @click.option("-o", "--output", default=DEFAULT_OUTPUT, show_default=True, metavar="OUT",
               type=click.Path(file_okay=False), help="Folder for maps and manifest.jsonl.")
 @field_option("recursive", "--recursive/--no-recursive", help="Walk INPUT folders recursively.")
-@field_option("methods", "--method", metavar="LIST", callback=parse_methods, help=METHODS_HELP)
+@field_option("methods", "--method", metavar="LIST", callback=parse_methods, help=METHODS_HELP,
+              shell_complete=complete_comma_list(METHODS, extra=("all",)))
 @field_option("layer", "--layer",
               help="Layer of the class activation maps (gradcam, gradcam++, layercam, "
                    "scorecam and their guided versions). Default: the last 4-D layer before "
@@ -109,6 +111,7 @@ file it did not write.""")
               help="Integrated-gradients baseline.")
 @method_flags
 @field_option("renders", "--render", metavar="LIST", callback=parse_comma_list(RENDERS),
+              shell_complete=complete_comma_list(RENDERS),
               help=f"Comma list of renders: {', '.join(RENDERS)}.")
 @field_option("classes", "--class", multiple=True, metavar="CLASS",
               help="Class to explain, by index or name (repeatable). Default: the top-1 class.")
