@@ -1,0 +1,432 @@
+"""Saliency checks inside your own pytest suite: a plugin that ships with guidedbp.
+
+Installed with the package (entry point ``pytest11``), so any ``pytest`` run sees:
+
+- the :func:`saliency_regression` fixture: compare a map with a baseline stored beside
+  the test, as pytest-regressions and pytest-mpl do for data and figures;
+- the :func:`guidedbp_checks` fixture: the smoke checks of ``guidedbp check`` as
+  assertions (also importable: :func:`assert_relu_coverage`,
+  :func:`assert_guided_differs_from_plain`, :func:`assert_matches_reference`);
+- the options ``--guidedbp-update`` (re-record every baseline the run touches) and
+  ``--guidedbp-diff-dir DIR`` (where the diff pictures of failed comparisons go;
+  default: the test's ``tmp_path``).
+
+Loading the plugin imports pytest and the standard library only: TensorFlow and numpy
+are imported when a fixture is first used, so unrelated test runs pay nothing.
+
+A baseline is two files in a folder named after the test module, e.g. for
+``tests/test_model.py::test_circle`` with ``basename="large"``::
+
+    tests/test_model/test_circle-large.npy   float32 (H, W): the map's magnitude
+    tests/test_model/test_circle-large.json  {"format": 1, "method": "guided",
+                                              "class": 0, "label": "circle", ...}
+
+Maps are compared as ``guidedbp check --baseline`` compares them: by the Spearman rank
+correlation of their magnitudes (:func:`guidedbp.checks.stats.map_similarity`), with
+the same default threshold.
+
+>>> def test_circle(saliency_regression):  # doctest: +SKIP
+...     saliency_regression.check("demo", "sample_images/shapes/circle_0.png")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import types
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+UPDATE_OPTION = "--guidedbp-update"
+DIFF_DIR_OPTION = "--guidedbp-diff-dir"
+#: Version of the baseline ``.json`` layout.
+BASELINE_FORMAT = 1
+_RE_RECORD = f"if the change is intended, re-record it with: pytest {UPDATE_OPTION}"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("guidedbp", "guidedbp saliency checks")
+    group.addoption(UPDATE_OPTION, action="store_true", default=False,
+                    help="Re-record every saliency baseline the run touches (those tests pass).")
+    group.addoption(DIFF_DIR_OPTION, metavar="DIR", default=None,
+                    help="Write the diff pictures of failed saliency comparisons under DIR "
+                         "(default: each test's tmp_path).")
+
+
+@pytest.fixture
+def saliency_regression(request: pytest.FixtureRequest, tmp_path: Path) -> SaliencyRegression:
+    """A :class:`SaliencyRegression` whose baselines live beside the test file."""
+    module = Path(request.node.path)
+    diff_dir = request.config.getoption(DIFF_DIR_OPTION)
+    diff_folder = Path(diff_dir) / module.stem if diff_dir else tmp_path
+    return SaliencyRegression(module.parent / module.stem, _safe(request.node.name),
+                              diff_folder, request.config.getoption(UPDATE_OPTION))
+
+
+@pytest.fixture
+def guidedbp_checks() -> types.SimpleNamespace:
+    """The smoke checks of ``guidedbp check`` as assertions: ``assert_relu_coverage``,
+    ``assert_guided_differs_from_plain`` and ``assert_matches_reference``."""
+    return types.SimpleNamespace(
+        assert_relu_coverage=assert_relu_coverage,
+        assert_guided_differs_from_plain=assert_guided_differs_from_plain,
+        assert_matches_reference=assert_matches_reference,
+    )
+
+
+# -- explanation regression ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Map:
+    """One explained image: what is stored and compared, and the words for messages."""
+
+    magnitude: object  # float32 (H, W) numpy array
+    target: int  # the class explained
+    predicted: int  # the model's top-1 class
+    labels: tuple | None
+
+    def label(self, index: int) -> str | None:
+        if self.labels is not None and 0 <= index < len(self.labels):
+            return str(self.labels[index])
+        return None
+
+    def name(self, index: int) -> str:
+        """``0 (circle)``, or ``0`` without class names."""
+        label = self.label(index)
+        return str(index) if label is None else f"{index} ({label})"
+
+
+class SaliencyRegression:
+    """Compare saliency maps with baselines stored beside the test (fixture
+    ``saliency_regression``).
+
+    A missing baseline is recorded and the test fails saying so, so that CI never
+    passes without one; ``pytest --guidedbp-update`` re-records and passes.
+
+    Args:
+        folder: Where the baselines live (``tests/test_x/`` for ``tests/test_x.py``).
+        test_name: The test's name, made safe for a file name.
+        diff_folder: Where diff pictures go.
+        update: Re-record instead of comparing.
+    """
+
+    def __init__(self, folder: Path, test_name: str, diff_folder: Path, update: bool = False):
+        self.folder = Path(folder)
+        self.test_name = test_name
+        self.diff_folder = Path(diff_folder)
+        self.update = update
+        self._explainers: dict = {}
+        self._used: set[str] = set()
+
+    def check(self, model, image, *, basename: str | None = None, method: str = "guided",
+              target=None, threshold: float | None = None) -> None:
+        """Explain ``image`` with ``model`` and compare the map with its baseline.
+
+        Args:
+            model: What :class:`guidedbp.Explainer` takes (a ``keras.Model``, a spec such
+                as ``"demo"`` or ``"model.keras"``, a ``LoadedModel``), or an Explainer.
+            image: An image file, decoded and preprocessed as ``guidedbp explain`` does,
+                or an ``(H, W, C)`` array already in the model's input space.
+            basename: Tells apart several checks in one test: the baseline is
+                ``TEST_NAME-BASENAME``.
+            method: The attribution method (one of ``guidedbp.METHODS``).
+            target: The class to explain (index or name). ``None``: the model's top-1
+                class when recording, then the class the baseline recorded.
+            threshold: Least Spearman similarity that passes; ``None``: the default
+                of ``guidedbp check --baseline``.
+
+        Raises:
+            AssertionError: When the baseline was missing (it is recorded), or the map
+                is not similar enough, explains another class, or has another shape.
+            ValueError: For a bad ``threshold``, image array or repeated ``basename``.
+        """
+        __tracebackhide__ = True
+        from guidedbp.checks.session import CheckSettings
+        from guidedbp.checks.stats import map_similarity
+
+        threshold = CheckSettings.min_similarity if threshold is None else float(threshold)
+        if not -1.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold={threshold!r} must lie in [-1, 1]")
+        name = self._claim(basename)
+        npy, meta = self.folder / f"{name}.npy", self.folder / f"{name}.json"
+        shown = _describe(image)
+        if self.update or not (npy.exists() and meta.exists()):
+            current = self._explain(model, image, method, target)
+            _record(npy, meta, current, method, shown)
+            if self.update:
+                return
+            raise AssertionError(
+                f"no saliency baseline for {shown} ({method}) yet: recorded {_shown(npy)} "
+                f"(class {current.name(current.target)}); check it in and run the test again")
+        stored, recorded = _read(npy, meta)
+        if recorded.get("method") != method:
+            raise AssertionError(
+                f"the baseline {_shown(meta)} was recorded with method "
+                f"{recorded.get('method')!r}, not {method!r}: give this check its own "
+                f"basename=, or {_RE_RECORD}")
+        stored_class = int(recorded["class"])
+        current = self._explain(model, image, method, stored_class if target is None else target)
+        where = f"{shown} ({method}, class {current.name(current.target)})"
+        if current.target != stored_class:
+            raise AssertionError(
+                f"saliency map of {where} explains another class than its baseline "
+                f"{_shown(npy)}, which explained class {current.name(stored_class)}; "
+                f"{_RE_RECORD}")
+        if current.magnitude.shape != stored.shape:
+            raise AssertionError(
+                f"saliency map of {where} is {_size(current.magnitude)}, its baseline "
+                f"{_shown(npy)} {_size(stored)}; {_RE_RECORD}")
+        similarity = map_similarity(stored[..., None], current.magnitude[..., None])
+        moved = current.predicted != stored_class
+        prediction = (f"the model now predicts class {current.name(current.predicted)}, not "
+                      f"the baseline's class {current.name(stored_class)}")
+        if similarity >= threshold:
+            if moved:
+                warnings.warn(f"{shown}: {prediction} (the maps of class "
+                              f"{current.name(stored_class)} still match)", stacklevel=2)
+            return
+        lines = [f"saliency map of {where} differs from its baseline: Spearman similarity "
+                 f"{similarity:.3f} < threshold {threshold:g}",
+                 f"baseline: {_shown(npy)}",
+                 _diff_picture(self.diff_folder / f"{name}-diff.png", stored, current,
+                               f"{shown}, {method}: Spearman {similarity:.3f} < {threshold:g}")]
+        if moved:
+            lines.append(prediction)
+        lines.append(_RE_RECORD)
+        raise AssertionError("\n  ".join(lines))
+
+    def _claim(self, basename: str | None) -> str:
+        name = self.test_name if basename is None else f"{self.test_name}-{_safe(basename)}"
+        if name in self._used:
+            raise ValueError(f"this test already checked a map under the baseline {name!r}: "
+                             f"give each check its own basename=")
+        self._used.add(name)
+        return name
+
+    def _explain(self, model, image, method: str, target) -> _Map:
+        import numpy as np
+
+        from guidedbp.api import Explainer
+        from guidedbp.checks.stats import magnitude
+
+        if isinstance(model, Explainer):
+            explainer = model
+        else:  # kept with its model, so that the id stays that model's
+            key = (id(model), method)
+            if key not in self._explainers:
+                self._explainers[key] = (model, Explainer(model, method))
+            explainer = self._explainers[key][1]
+        if method not in explainer.methods:
+            raise ValueError(f"the explainer computes {', '.join(explainer.methods)}, "
+                             f"not method={method!r}")
+        labels = explainer.labels
+        if isinstance(image, (str, os.PathLike)):
+            from guidedbp.pipeline.run import explain_image
+
+            result = explain_image(explainer, image, target, methods=method)
+            explanation, labels = result.explanation, result.labels
+        else:
+            pixels = np.asarray(image)
+            if pixels.ndim != 3:
+                raise ValueError(f"image must be a file or one (H, W, C) array in the model's "
+                                 f"input space, got an array of shape {pixels.shape}")
+            explanation = explainer.explain(pixels[None], target)
+        values = magnitude(explanation.by_method[method][0]).astype(np.float32)
+        return _Map(values, int(explanation.targets[0]),
+                    int(np.argmax(explanation.class_probabilities[0])),
+                    None if labels is None else tuple(labels))
+
+
+def _record(npy: Path, meta: Path, current: _Map, method: str, shown: str) -> None:
+    from guidedbp import __version__
+    from guidedbp.io.write import atomic_write_bytes, save_npy
+
+    save_npy(npy, current.magnitude)
+    document = {"format": BASELINE_FORMAT, "guidedbp_version": __version__, "method": method,
+                "class": current.target, "label": current.label(current.target),
+                "image": shown, "shape": list(current.magnitude.shape)}
+    atomic_write_bytes(meta, (json.dumps(document, indent=2) + "\n").encode())
+
+
+def _read(npy: Path, meta: Path):
+    import numpy as np
+
+    try:
+        document = json.loads(meta.read_text(encoding="utf-8"))
+        stored = np.load(npy, allow_pickle=False)
+        if document.get("format") != BASELINE_FORMAT or stored.ndim != 2:
+            raise ValueError(f"not a guidedbp saliency baseline of format {BASELINE_FORMAT}")
+        int(document["class"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise AssertionError(f"cannot read the saliency baseline {_shown(npy)}: {error}; "
+                             f"re-record it with: pytest {UPDATE_OPTION}") from None
+    return stored, document
+
+
+def _diff_picture(path: Path, stored, current: _Map, caption: str) -> str:
+    """Save baseline | current | |difference| and return the message's line about it."""
+    import numpy as np
+
+    from guidedbp.io.write import save_png
+    from guidedbp.render import (
+        DEFAULT_COLORMAP,
+        Column,
+        Scale,
+        colormap_lut,
+        render_column,
+        render_gray,
+        render_panel,
+    )
+
+    try:
+        baseline, now = stored[..., None], current.magnitude[..., None]
+        # Both maps as the gray render normalises them (0..255 up to their 99th
+        # percentile), so the difference does not depend on the maps' scales.
+        levels = np.abs(render_gray(baseline).astype(np.int16) - render_gray(now))
+        table = colormap_lut(DEFAULT_COLORMAP)
+        explained = f"class {current.name(current.target)}"
+        save_png(path, render_panel([
+            render_column("heatmap", baseline, title=f"baseline: {explained}"),
+            render_column("heatmap", now, title=f"current: {explained}"),
+            Column("|difference|", table[levels.astype(np.uint8)], Scale(table, ("0", "1"))),
+        ], caption=caption))
+    except (ValueError, OSError) as error:  # a NaN map cannot be drawn; say why
+        return f"no diff picture: {error}"
+    return f"diff picture (baseline | current | |difference|): {_shown(path)}"
+
+
+def _safe(name: str) -> str:
+    """A test or base name as a file name: ``test_x[a-1]`` -> ``test_x_a_1_``."""
+    return re.sub(r"\W", "_", name)
+
+
+def _describe(image) -> str:
+    if isinstance(image, (str, os.PathLike)):
+        return os.fspath(image)
+    return f"an image array of shape {tuple(getattr(image, 'shape', ()))}"
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working folder when it lies inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _size(values) -> str:
+    return "x".join(str(side) for side in values.shape)
+
+
+# -- the smoke checks of ``guidedbp check`` ----------------------------------------------------
+
+
+def assert_relu_coverage(model, images=None, *, allow_plain=()) -> None:
+    """Assert that the engine guides the model's ReLUs, and leaves no other activation
+    with its plain gradient unless its type is in ``allow_plain``.
+
+    Args:
+        model: What :class:`guidedbp.Explainer` takes, or an Explainer.
+        images: Needed only for a model without a fixed input size: an ``(N, H, W, C)``
+            array in the model's input space, image files, or ``None`` (generated
+            images, as ``guidedbp check`` makes them).
+        allow_plain: Activation types that may keep their plain gradient, as the
+            engine's report names them (``"sigmoid"``, ``"GELU"``, ``"PReLU"``...).
+
+    Raises:
+        AssertionError: With the relu-coverage check's one-line reason.
+
+    >>> assert_relu_coverage(keras_model_with_relus)  # doctest: +SKIP
+    """
+    __tracebackhide__ = True
+    result = _run(model, images, "relu-coverage")
+    plain = sorted(set(result.data.get("plain_activations", {})) - set(allow_plain))
+    if not result.failed and plain:
+        raise AssertionError(f"relu-coverage check: {', '.join(plain)} left with the plain "
+                             f"gradient (allow_plain= to accept): {result.detail}")
+
+
+def assert_guided_differs_from_plain(model, images=None) -> None:
+    """Assert that the guided map differs from the plain gradient on every image.
+
+    Args:
+        model: What :class:`guidedbp.Explainer` takes, or an Explainer.
+        images: An ``(N, H, W, C)`` array in the model's input space, image files, or
+            ``None`` (generated images, as ``guidedbp check`` makes them).
+
+    Raises:
+        AssertionError: With the guided-differs check's one-line reason.
+    """
+    __tracebackhide__ = True
+    _run(model, images, "guided-differs")
+
+
+def assert_matches_reference(model, images=None) -> None:
+    """Assert that the engine's guided map equals the literal ``grad_ys`` chain of
+    :func:`guidedbp.reference_saliency` on the first image (the self-test check).
+
+    Args:
+        model: What :class:`guidedbp.Explainer` takes, or an Explainer.
+        images: As for :func:`assert_guided_differs_from_plain`.
+
+    Raises:
+        AssertionError: With the self-test check's one-line reason, also when it does
+            not apply (no ReLU to swap, or PReLU).
+    """
+    __tracebackhide__ = True
+    _run(model, images, "self-test")
+
+
+def _run(model, images, name: str):
+    """Run the ``loads`` check and check ``name``; the latter's result when both pass."""
+    __tracebackhide__ = True
+    from guidedbp.checks.results import PASS
+    from guidedbp.checks.session import CheckSession
+    from guidedbp.checks.suite import run_checks
+
+    loaded = _loaded(model)
+    session = CheckSession(loaded, _check_images(loaded, images))
+    for result in run_checks(session, ("loads", name)):
+        if result.status != PASS:
+            raise AssertionError(f"{result.name} check {_PAST[result.status]}: {result.detail}")
+    return result
+
+
+_PAST = {"fail": "failed", "skip": "skipped", "info": "gave no verdict"}
+
+
+def _loaded(model):
+    from guidedbp.api import Explainer
+    from guidedbp.models.loading import load_model
+
+    if isinstance(model, Explainer):
+        return model.loaded or load_model(model.model)
+    return load_model(model)
+
+
+def _check_images(loaded, images) -> list:
+    import numpy as np
+
+    from guidedbp.checks.images import CheckImage, generated_images, image_files
+
+    if images is None:
+        return generated_images(loaded.input_shape, loaded.preprocess)
+    if isinstance(images, (str, os.PathLike)):
+        images = [images]
+    if isinstance(images, (list, tuple)) and all(isinstance(i, (str, os.PathLike))
+                                                  for i in images):
+        from guidedbp.io.inputs import collect_inputs
+
+        items = collect_inputs([os.fspath(path) for path in images]).items
+        return image_files(items, loaded.input_shape, loaded.channels, loaded.preprocess)
+    pixels = np.asarray(images, dtype=np.float32)
+    if pixels.ndim != 4:
+        hint = ": add a batch axis: images[None]" if pixels.ndim == 3 else ""
+        raise ValueError(f"images must be an (N, H, W, C) array or image files, got an "
+                         f"array of shape {pixels.shape}{hint}")
+    return [CheckImage(f"images[{index}]", None, values) for index, values in enumerate(pixels)]
