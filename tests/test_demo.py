@@ -402,3 +402,45 @@ def test_guided_backprop_points_at_the_shape(demo_model, heldout):
     assert pointing_game(magnitude, masks, tolerance=15).mean() >= 0.90
     # Much more of the map lies on the object than its share of the image.
     assert energy_inside(magnitude, masks).mean() > 2 * masks.mean()
+
+
+# -- the shipped model loads on every Keras 3 from 3.10 on -----------------------------------
+
+
+def _config(path) -> str:
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        return archive.read("config.json").decode("utf-8")
+
+
+def test_the_shipped_model_has_no_keys_older_keras_refuses():
+    from guidedbp.demo.train import NEWER_KEYS
+
+    shipped = Path(__file__).resolve().parents[1] / "guidedbp" / "demo" / "data" / "shapes.keras"
+    config = _config(shipped)
+    assert not [key for key in NEWER_KEYS if f'"{key}"' in config]
+
+
+def test_make_portable_drops_the_keys_and_keeps_the_model(tmp_path):
+    import json
+
+    import keras
+
+    from guidedbp.demo.train import make_portable
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((6, 6, 3)), keras.layers.Conv2D(2, 3, activation="relu"),
+                              keras.layers.Flatten(), keras.layers.Dense(3)])
+    path = tmp_path / "m.keras"
+    model.save(path)
+    before = json.loads(_config(path))
+    written = sum(_config(path).count(f'"{key}"') for key in ("input_axes", "output_axes"))
+    dropped = make_portable(path)
+    assert dropped >= written  # every initializer's axes, and a null quantization config
+    assert make_portable(path) == 0  # nothing left to drop
+    after = json.loads(_config(path))
+    assert after["config"]["layers"][0]["class_name"] == before["config"]["layers"][0][
+        "class_name"]
+    images = np.random.default_rng(1).normal(size=(2, 6, 6, 3)).astype(np.float32)
+    np.testing.assert_array_equal(keras.models.load_model(path)(images), model(images))

@@ -150,9 +150,56 @@ def save(model, output: Path) -> None:
     inference = build_model()
     inference.set_weights(model.get_weights())
     inference.save(output)
+    make_portable(output)
     labels_path = output.with_name(f"{output.stem}_labels.txt")
     labels_path.write_text("".join(f"{name}\n" for name in CLASS_NAMES), encoding="utf-8")
     print(f"wrote {output} ({output.stat().st_size / 1024:.0f} KiB) and {labels_path}")
+
+
+#: Config keys newer Keras writes that older Keras 3 refuses, with the value that means
+#: "the default" (None: any value). Initializers' axes (Keras 3.15) do nothing for a
+#: trained model, whose weights are loaded, and a null quantization config (3.13) is no
+#: quantization.
+NEWER_KEYS = {"input_axes": None, "output_axes": None, "quantization_config": None}
+
+
+def make_portable(path: Path) -> int:
+    """Drop :data:`NEWER_KEYS` from a ``.keras`` file's config, so that every Keras 3 from
+    3.10 on loads it (the weights are untouched); returns how many were dropped.
+
+    The archive is rewritten in place: the same members, in the same order.
+    """
+    import json
+    import zipfile
+
+    path = Path(path)
+    with zipfile.ZipFile(path) as archive:
+        members = [(info, archive.read(info.filename)) for info in archive.infolist()]
+    dropped = 0
+
+    def strip(node):
+        nonlocal dropped
+        if isinstance(node, dict):
+            for key in [k for k in node if k in NEWER_KEYS and
+                        (k != "quantization_config" or node[k] is None)]:
+                del node[key]
+                dropped += 1
+            for value in node.values():
+                strip(value)
+        elif isinstance(node, list):
+            for value in node:
+                strip(value)
+
+    rewritten = path.with_name(f".{path.name}.portable")
+    with zipfile.ZipFile(rewritten, "w") as archive:
+        for info, data in members:
+            if info.filename == "config.json":
+                config = json.loads(data)
+                strip(config)
+                data = json.dumps(config).encode("utf-8")
+            archive.writestr(info, data)
+    os.replace(rewritten, path)
+    return dropped
 
 
 def accuracy(model, images: np.ndarray, labels: np.ndarray, batch_size: int = 100) -> float:
