@@ -71,7 +71,7 @@ FIGURE_FORMATS = ("pdf", "svg", "png")
 #: The diverging colormap of signed maps (matplotlib's; red is positive).
 SIGNED_COLORMAP = "RdBu_r"
 #: What to run when matplotlib is missing.
-INSTALL_HINT = "pip install 'guidedbp[plot]'"
+INSTALL_HINT = "pip install 'matplotlib>=3.8'"
 
 #: The mark every figure carries in its metadata (PNG: guidedbp.io.write's own mark).
 _MARK = "guidedbp"

@@ -5,7 +5,7 @@ command on the generated tree of good and bad images: all shards, merged, give t
 files and records of one unsharded run. The Ray engine runs on one local Ray
 instance per module (started and stopped here) and must write the very bytes the
 local engine writes. Only the Ray tests are skipped, and only when Ray is not
-installed (``pip install guidedbp[ray]``).
+installed (the ray extra: ``pip install '.[ray]'``).
 """
 
 from __future__ import annotations
@@ -226,8 +226,8 @@ def test_a_shard_writes_only_its_own_inputs(local, model, tree, tmp_path):
 @pytest.fixture(scope="module")
 def ray_cluster():
     """One local Ray instance for the module, shut down after it."""
-    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install guidedbp[ray]")
-    pytest.importorskip("ray.data", reason="Ray Data is not installed: pip install guidedbp[ray]")
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install '.[ray]'")
+    pytest.importorskip("ray.data", reason="Ray Data is not installed: pip install '.[ray]'")
     ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
     yield ray
     ray.shutdown()
@@ -270,5 +270,5 @@ def test_ray_engine_without_ray_says_how_to_install(model, tree, tmp_path, monke
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     result = run_cli("explain", model, tree.root, "-o", tmp_path, "--engine", "ray")
     assert result.exit_code == 2
-    assert result.stderr.strip() == "Error: --engine ray needs Ray: pip install 'guidedbp[ray]'"
+    assert result.stderr.strip() == "Error: --engine ray needs Ray: pip install 'ray[data]>=2.9'"
     assert not any(tmp_path.iterdir())

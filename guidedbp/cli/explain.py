@@ -124,7 +124,7 @@ file it did not write.""")
 @field_option("figure", "--figure", type=click.Choice(FIGURE_FORMATS),
               help="Also draw each explanation as a figure (the picture, then each method "
                    "with a colorbar): vector PDF or SVG, or PNG. Needs matplotlib: "
-                   "pip install 'guidedbp[plot]'.")
+                   "pip install 'matplotlib>=3.8' (the plot extra).")
 @field_option("dpi", "--dpi", type=click.IntRange(MIN_DPI, MAX_DPI),
               help="Figure resolution, dots per inch.")
 @field_option("report", "--report/--no-report",
@@ -153,7 +153,7 @@ file it did not write.""")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local",
               show_default=True,
               help="local: this process. ray: a Ray Data pipeline, decode tasks and "
-                   "--workers explainer actors (pip install 'guidedbp[ray]').")
+                   "--workers explainer actors (pip install 'ray[data]>=2.9', the ray extra).")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="With --engine ray: explainer actors, each with its own model copy.")
 @click.option("--cpus-per-worker", type=click.IntRange(min=1), default=1, show_default=True,
@@ -188,7 +188,7 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
         try:
             import_ray()
         except ImportError:
-            raise UsageFailure("--engine ray needs Ray: pip install 'guidedbp[ray]'") from None
+            raise UsageFailure("--engine ray needs Ray: pip install 'ray[data]>=2.9'") from None
         cluster = Cluster(address=options["ray_address"], workers=options["workers"],
                           cpus_per_worker=options["cpus_per_worker"],
                           gpus_per_worker=options["num_gpus_per_worker"])

@@ -28,7 +28,7 @@ from guidedbp.pipeline import stages
 from guidedbp.pipeline.local import Delivery
 from guidedbp.pipeline.stages import Plan, Summary
 
-RAY_MISSING = "runner='ray' needs Ray: pip install 'guidedbp[ray]'"
+RAY_MISSING = "runner='ray' needs Ray: pip install 'ray[data]>=2.9'"
 
 
 @dataclasses.dataclass(frozen=True)
