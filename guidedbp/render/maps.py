@@ -341,7 +341,11 @@ def render_overlay(
     [[[50, 50, 50], [178, 178, 178]]]
     """
     alpha = _check_alpha(alpha)
-    heat = render_heatmap(saliency, cmap=cmap, clip=clip)
+    return _blend(render_heatmap(saliency, cmap=cmap, clip=clip), image, alpha)
+
+
+def _blend(heat: np.ndarray, image: np.ndarray, alpha: float) -> np.ndarray:
+    """``image`` blended into the uint8 ``heat`` (H, W, 3), in place; returns ``heat``."""
     rgb = _as_rgb(image, "image", heat.shape[:2])
     if rgb.shape[:2] != heat.shape[:2]:
         raise ValueError(
@@ -462,8 +466,8 @@ def render_column(
         return Column(title, table[gray], Scale(table, labels))
     if image is None:
         raise ValueError("render 'overlay' needs the original image, got image=None")
-    return Column(title, render_overlay(saliency, image, alpha=alpha, cmap=cmap, clip=clip),
-                  Scale(table, labels))
+    # The heatmap of the levels already computed: the percentile is taken once.
+    return Column(title, _blend(table[gray], image, _check_alpha(alpha)), Scale(table, labels))
 
 
 def _number(value: float) -> str:
