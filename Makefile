@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test bench demo demo-model eval clean
+.PHONY: install test test-pythons bench demo demo-model eval clean
 
 install: $(STAMP)
 
@@ -18,6 +18,12 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m ruff check guidedbp tests benchmarks
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# The wheel and sdist, built once, installed in a fresh venv per Python 3.10-3.13 (3.10 at
+# every runtime floor, 3.13 at the newest releases): make demo's command, check, evaluate and
+# a smoke subset of the tests there. Needs the pyenv interpreters; about 15 min.
+test-pythons: $(STAMP)
+	$(PY) tests/pythons.py $(PYTHONS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py
@@ -40,4 +46,4 @@ eval: $(STAMP)
 	$(VENV)/bin/guidedbp evaluate demo --shapes 500 --seed 1000 --distractors --explain-distractor
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis guidedbp.egg-info demo-out guidedbp-out
+	rm -rf $(VENV) .pytest_cache .hypothesis guidedbp.egg-info demo-out guidedbp-out build dist

@@ -6,6 +6,7 @@ the fast, TensorFlow-free test modules can use them too.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import time
@@ -32,10 +33,28 @@ def run_cli(*args, code: int | None = None, **invoke_options) -> Result:
     """
     from guidedbp.cli import main
 
-    result = CliRunner().invoke(main, [str(arg) for arg in args], **invoke_options)
+    if _CLICK_8_1:
+        result = CliRunner(mix_stderr=False).invoke(main, [str(arg) for arg in args],
+                                                    **invoke_options)
+        result.__class__ = _BothStreams
+    else:
+        result = CliRunner().invoke(main, [str(arg) for arg in args], **invoke_options)
     if code is not None:
         assert result.exit_code == code, (result.exit_code, result.output, result.exception)
     return result
+
+
+# Click 8.1 (the floor) keeps stderr apart only with mix_stderr=False, and then its
+# ``output`` is stdout alone; Click 8.2 always keeps it apart and ``output`` has both.
+_CLICK_8_1 = "mix_stderr" in inspect.signature(CliRunner).parameters
+
+
+class _BothStreams(Result):
+    """Click 8.1's result with ``output`` as Click 8.2 gives it: stdout and stderr."""
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
 
 
 def assert_one_line_error(result: Result, *fragments: str, code: int = 2) -> str:

@@ -5,9 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import guidedbp.demo
 from guidedbp.demo import CLASS_NAMES, energy_inside, make_scenes, make_shapes, pointing_game
 
-MODEL_PATH = Path(__file__).parents[1] / "guidedbp" / "demo" / "data" / "shapes.keras"
+# The model of the guidedbp being tested: the source tree's, or an installed wheel's.
+MODEL_PATH = Path(guidedbp.demo.__file__).with_name("data") / "shapes.keras"
 LABELS_PATH = MODEL_PATH.with_name("shapes_labels.txt")
 HELDOUT_SEED = 12345  # neither the training seed nor the ones train.py reports on
 
@@ -417,8 +419,7 @@ def _config(path) -> str:
 def test_the_shipped_model_has_no_keys_older_keras_refuses():
     from guidedbp.demo.train import NEWER_KEYS
 
-    shipped = Path(__file__).resolve().parents[1] / "guidedbp" / "demo" / "data" / "shapes.keras"
-    config = _config(shipped)
+    config = _config(MODEL_PATH)
     assert not [key for key in NEWER_KEYS if f'"{key}"' in config]
 
 
