@@ -21,7 +21,7 @@ test: $(STAMP)
 
 # The wheel and sdist, built once, installed in a fresh venv per Python 3.10-3.13 (3.10 at
 # every runtime floor, 3.13 at the newest releases): make demo's command, check, evaluate and
-# a smoke subset of the tests there. Needs the pyenv interpreters; about 15 min.
+# a smoke subset of the tests there. Needs the pyenv interpreters; about 10 min.
 test-pythons: $(STAMP)
 	$(PY) tests/pythons.py $(PYTHONS)
 

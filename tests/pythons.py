@@ -98,16 +98,19 @@ def main(argv: list[str] | None = None) -> int:
         interpreters = {plan.version: find_python(plan.version) for plan in plans}
         wheel, sdist = build()
         check_contents(wheel, sdist)
+        floors = runtime_floors(wheel)
+        print(f"floors: {', '.join(f'{name} {floor}' for name, floor in floors.items())}")
+        outcomes = [run_plan(plan, interpreters[plan.version], wheel, sdist, floors)
+                    for plan in plans]
     except Missing as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except AssertionError as error:
         print(f"FAIL: {error}", file=sys.stderr)
         return 1
-    floors = runtime_floors(wheel)
-    print(f"floors: {', '.join(f'{name} {version}' for name, version in floors.items())}")
-    outcomes = [run_plan(plan, interpreters[plan.version], wheel, sdist, floors)
-                for plan in plans]
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     print(f"\n{'python':<8}{'install':<9}{'result':<8}versions")
     for outcome in outcomes:
         versions = ", ".join(f"{name} {outcome.versions.get(name, '?')}" for name in RUNTIME)

@@ -114,7 +114,8 @@ def run_on_ray(plan: Plan, recipe: Recipe, items: list, cluster: Cluster,
             .map(ExplainWorker,
                  fn_constructor_kwargs={"recipe": recipe, "plan": remote,
                                         "threads": max(1, int(cluster.cpus_per_worker))},
-                 compute=ray.data.ActorPoolStrategy(size=cluster.workers),
+                 # No more model copies than batches (Ray warns of idle actors).
+                 compute=ray.data.ActorPoolStrategy(size=min(len(rows), cluster.workers)),
                  num_cpus=cluster.cpus_per_worker, num_gpus=cluster.gpus_per_worker)
         )
         waiting, following = {}, 0
