@@ -169,7 +169,7 @@ def check_contents(wheel: Path, sdist: Path) -> None:
         entry_points = archive.read(info).decode()
     missing = [name for name in files if name not in in_wheel]
     assert not missing, f"the wheel lacks {missing}"
-    assert "guidedbp = guidedbp.cli:main" in entry_points, entry_points
+    assert "guidedbp = guidedbp.__main__:run" in entry_points, entry_points
     assert re.search(r"\[pytest11\]\s+guidedbp = guidedbp\.pytest_plugin", entry_points), \
         entry_points
     with tarfile.open(sdist) as archive:
