@@ -348,3 +348,13 @@ def test_without_matplotlib_drawing_says_how_to_install_it(tmp_path, files):
     assert process.stdout.splitlines() == [
         "True", *["figures need matplotlib: pip install 'matplotlib>=3.8'"] * 4]
     assert issubclass(plotting.PlotUnavailable, GuidedbpError)
+
+
+@pytest.mark.parametrize("module", ["guidedbp.plot", "guidedbp.plot.files",
+                                    "guidedbp.plot.curves", "guidedbp.plot._common"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0, result

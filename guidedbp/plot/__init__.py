@@ -20,6 +20,9 @@ state, no GUI backend, and a notebook shows one as it shows any figure.
 :func:`figure_bytes` writes PDF, SVG or PNG identically on every run, each marked as
 guidedbp's (:func:`is_own_figure` recognises the mark without importing matplotlib).
 
+The package's parts: :mod:`guidedbp.plot.files` (figure files), :mod:`guidedbp.plot.curves`
+(the games' curves); what they share is in ``_common``.
+
 matplotlib is imported only inside the functions that draw, so ``import guidedbp.plot``
 works without it; drawing without it raises :class:`PlotUnavailable`.
 
@@ -33,8 +36,6 @@ works without it; drawing without it raises :class:`PlotUnavailable`.
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -42,8 +43,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from guidedbp.engine.methods import method
-from guidedbp.errors import ArgumentError, GuidedbpError
-from guidedbp.io.write import encode_png, is_own_png, is_whole_png
+from guidedbp.errors import ArgumentError
+from guidedbp.plot._common import (
+    FONT_SIZE,
+    INSTALL_HINT,
+    PlotUnavailable,
+    freeze_layout,
+    positive,
+    require_matplotlib,
+)
+from guidedbp.plot.curves import plot_curves
+from guidedbp.plot.files import FIGURE_FORMATS, figure_bytes, is_own_figure, is_whole_figure
 from guidedbp.render.colormaps import COLORMAPS, DEFAULT_COLORMAP, colormap_lut
 from guidedbp.render.maps import DEFAULT_CLIP
 from guidedbp.render.options import OUTPUT_SIZES
@@ -66,42 +76,9 @@ __all__ = [
     "require_matplotlib",
 ]
 
-#: The formats :func:`figure_bytes` writes: two vector ones, then PNG.
-FIGURE_FORMATS = ("pdf", "svg", "png")
 #: The diverging colormap of signed maps (matplotlib's; red is positive).
 SIGNED_COLORMAP = "RdBu_r"
-#: What to run when matplotlib is missing.
-INSTALL_HINT = "pip install 'matplotlib>=3.8'"
-
-#: The mark every figure carries in its metadata (PNG: guidedbp.io.write's own mark).
-_MARK = "guidedbp"
-_PDF_MARK = b"/Creator (" + _MARK.encode()
-_SVG_MARK = b"<dc:title>" + _MARK.encode() + b"</dc:title>"
-_HEAD_READ = 8192  # an SVG's metadata sits right after its <svg> element
-_TAIL_READ = 16384  # a PDF's Info dictionary sits just before its cross-reference table
-_SVG_SALT = "guidedbp"  # fixed ids in SVG output; matplotlib draws random ones otherwise
 _PICTURE_TITLE = "image"
-_FONT_SIZE = 10.0
-_LAYOUT_PASSES = 3  # constrained layout settles within these (colorbar ticks may move once)
-
-
-class PlotUnavailable(GuidedbpError):
-    """Figures were asked for, but matplotlib cannot be imported."""
-
-
-def require_matplotlib() -> None:
-    """Import matplotlib, or say how to install it.
-
-    Raises:
-        PlotUnavailable: One line with the install command, when matplotlib cannot be
-            imported.
-
-    >>> require_matplotlib()  # with the plot extra installed
-    """
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise PlotUnavailable(f"figures need matplotlib: {INSTALL_HINT}") from None
 
 
 @dataclass(frozen=True)
@@ -164,7 +141,7 @@ def plot(
     if size not in OUTPUT_SIZES:
         raise ArgumentError(f"size={size!r} is not one of {', '.join(OUTPUT_SIZES)}")
     if figsize is not None and not (isinstance(figsize, (tuple, list)) and len(figsize) == 2
-                                    and all(_positive(side) for side in figsize)):
+                                    and all(positive(side) for side in figsize)):
         raise ArgumentError(f"figsize={figsize!r} must be (width, height) in inches, "
                             "both positive")
     missing = [name for name in ("image", "fitted", "maps", "original_maps", "target",
@@ -197,11 +174,6 @@ def _caption(result) -> str:
     target, label = int(result.target), result.label
     named_class = f"{label} (class {target})" if label else f"class {target}"
     return f"{named_class} p={float(result.probability):.3f}"
-
-
-def _positive(value) -> bool:
-    return (isinstance(value, (int, float, np.integer, np.floating))
-            and not isinstance(value, (bool, np.bool_)) and 0 < float(value) < float("inf"))
 
 
 def draw(
@@ -259,7 +231,7 @@ def _draw(picture, maps, title, cmap, clip, column_width, figsize) -> Figure:
     clip = _check_clip(clip)
     if not isinstance(title, str):
         raise ArgumentError(f"title must be a string, got {type(title).__name__}")
-    if not _positive(column_width):
+    if not positive(column_width):
         raise ArgumentError(f"column_width={column_width!r} must be a positive number "
                             "of inches")
     if not isinstance(maps, Mapping) or not maps:
@@ -288,7 +260,7 @@ def _draw(picture, maps, title, cmap, clip, column_width, figsize) -> Figure:
 
 
 def _check_clip(clip) -> float:
-    if not _positive(clip) or float(clip) > 100.0:
+    if not positive(clip) or float(clip) > 100.0:
         raise ArgumentError(f"clip={clip!r} must be a percentile in (0, 100]")
     return float(clip)
 
@@ -336,7 +308,7 @@ def _figure(rgb: np.ndarray, columns: list[_Column], title: str, sequential,
 
     # The library's defaults, not the notebook's style: a figure looks (and saves) the
     # same in every session.
-    with matplotlib.style.context("default"), matplotlib.rc_context({"font.size": _FONT_SIZE}):
+    with matplotlib.style.context("default"), matplotlib.rc_context({"font.size": FONT_SIZE}):
         figure = Figure(figsize=figsize, layout="constrained")
         figure.get_layout_engine().set(w_pad=0.04, h_pad=0.04, wspace=0.06)
         axes = figure.subplots(1, 1 + len(columns), squeeze=False)[0]
@@ -353,21 +325,9 @@ def _figure(rgb: np.ndarray, columns: list[_Column], title: str, sequential,
             bars.append((axis, image, column))
         for axis, image, column in bars:
             _colorbar(figure, axis, image, column)
-        figure.suptitle(title, fontsize=_FONT_SIZE + 2)
-        _freeze_layout(figure)
+        figure.suptitle(title, fontsize=FONT_SIZE + 2)
+        freeze_layout(figure)
     return figure
-
-
-def _freeze_layout(figure) -> None:
-    """Lay the figure out now, then keep that layout.
-
-    Constrained layout starts from the axes' current positions, so a figure saved twice
-    would move by a hair between the saves (and its files would differ). Laid out here,
-    a few times over, then fixed, every save and every format draws the same positions.
-    """
-    for _ in range(_LAYOUT_PASSES):
-        figure.draw_without_rendering()
-    figure.set_layout_engine("none")
 
 
 def _show(axis, values: np.ndarray, title: str, **style):
@@ -387,210 +347,7 @@ def _colorbar(figure, axis, image, column: _Column) -> None:
     # An inset beside the picture is exactly as tall as it, whatever the aspect.
     holder = axis.inset_axes([1.04, 0.0, 0.06, 1.0])
     bar = figure.colorbar(image, cax=holder, extend=extend)
-    bar.ax.tick_params(labelsize=_FONT_SIZE - 2)
+    bar.ax.tick_params(labelsize=FONT_SIZE - 2)
     bar.formatter.set_powerlimits((-2, 3))
     # Under the map, not along the bar: a wide picture's bar is too short for words.
-    axis.set_xlabel(column.note, fontsize=_FONT_SIZE - 1)
-
-
-#: How each game's x axis is labelled.
-_CURVE_AXES = {
-    "deletion": "share of pixels deleted, most salient first",
-    "insertion": "share of pixels inserted, most salient first",
-}
-_CURVE_MARKERS = 40  # curves with fewer points than this show a marker at each one
-
-
-def plot_curves(
-    curves: Mapping[str, np.ndarray],
-    title: str,
-    *,
-    game: str = "deletion",
-    figsize: tuple[float, float] = (7.5, 4.0),
-) -> Figure:
-    """Draw one image's deletion or insertion curves, a line per method.
-
-    The x axis is the share of pixels perturbed (``0, 1/steps, ..., 1``), the y axis
-    the explained class's probability; each legend entry gives the method's area under
-    its curve (:func:`guidedbp.checks.faithfulness.auc`): lower is better for
-    deletion, higher for insertion.
-
-    Args:
-        curves: Method name (any label) -> real, finite ``(steps + 1,)`` probabilities,
-            all of one length, at least 2 points; drawn in this order.
-        title: The axes' title (left-aligned), e.g. ``"cat.jpg: tabby (class 281)"``.
-        game: ``"deletion"`` or ``"insertion"``: which game the curves are of.
-        figsize: ``(width, height)`` in inches.
-
-    Returns:
-        A figure with one axes: a line per method, and a legend at its right
-        (``axes.get_legend()``) that labels each ``"NAME  AUC 0.123"``.
-
-    Raises:
-        PlotUnavailable: Without matplotlib.
-        ArgumentError: An empty ``curves``, curves of other shapes or lengths, a bad
-            ``game``, ``title`` or ``figsize``.
-
-    >>> figure = plot_curves({"guided": np.array([1.0, 0.5, 0.0]),
-    ...                       "gradcam": np.array([1.0, 0.0, 0.0])}, "class 0")
-    >>> [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
-    ['guided  AUC 0.500', 'gradcam  AUC 0.250']
-    """
-    require_matplotlib()
-    from guidedbp.checks.faithfulness import GAMES, auc, fractions
-
-    if game not in GAMES:
-        raise ArgumentError(f"game={game!r} is not one of {', '.join(GAMES)}")
-    if not isinstance(title, str):
-        raise ArgumentError(f"title must be a string, got {type(title).__name__}")
-    if not (isinstance(figsize, (tuple, list)) and len(figsize) == 2
-            and all(_positive(side) for side in figsize)):
-        raise ArgumentError(f"figsize={figsize!r} must be (width, height) in inches, "
-                            "both positive")
-    if not isinstance(curves, Mapping) or not curves:
-        raise ArgumentError(f"curves must map method names to curves, got {curves!r:.60}")
-    lines = {}
-    for name, values in curves.items():
-        try:
-            area = auc(values)
-        except ArgumentError as error:
-            raise ArgumentError(f"curves[{name!r}]: {error}") from None
-        lines[str(name)] = (np.asarray(values, np.float64), area)
-    lengths = {len(values) for values, _ in lines.values()}
-    if len(lengths) != 1:
-        raise ArgumentError("curves must all have the same length, got " + ", ".join(
-            f"{name} {len(values)}" for name, (values, _) in lines.items()))
-    x = fractions(lengths.pop() - 1)
-    return _curve_figure(x, lines, title, game, tuple(float(side) for side in figsize))
-
-
-def _curve_figure(x: np.ndarray, lines: dict, title: str, game: str,
-                  figsize: tuple[float, float]) -> Figure:
-    import matplotlib.style
-    from matplotlib.figure import Figure
-
-    with matplotlib.style.context("default"), matplotlib.rc_context({"font.size": _FONT_SIZE}):
-        figure = Figure(figsize=figsize, layout="constrained")
-        axis = figure.subplots()
-        marker = "o" if len(x) < _CURVE_MARKERS else None
-        for index, (name, (values, area)) in enumerate(lines.items()):
-            # Ten colours, then the same colours dashed, then dotted.
-            style = ("-", "--", ":", "-.")[index // 10 % 4]
-            axis.plot(x, values, marker=marker, markersize=3.5, linewidth=1.6, linestyle=style,
-                      label=f"{name}  AUC {area:.3f}")
-        axis.set_xlim(-0.015, 1.015)  # room for the end markers
-        axis.set_ylim(-0.02, 1.02)
-        axis.set_xlabel(_CURVE_AXES[game])
-        axis.set_ylabel("probability of the explained class")
-        axis.grid(True, linewidth=0.5, alpha=0.4)
-        better = "lower" if game == "deletion" else "higher"
-        # From the left edge, so that a long title may run on above the legend.
-        axis.set_title(title, loc="left")
-        # Beside the axes, not on them: with many methods a legend inside hides curves.
-        axis.legend(title=f"{game} ({better} AUC is better)", fontsize=_FONT_SIZE - 1,
-                    title_fontsize=_FONT_SIZE - 1, loc="upper left",
-                    bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
-        _freeze_layout(figure)
-    return figure
-
-
-def figure_bytes(figure: Figure, format: str, dpi: int = 150) -> bytes:
-    """A figure as a PDF, SVG or PNG file's bytes, the same bytes on every run.
-
-    PDF and SVG are vector files: pictures and maps (and each colorbar's colour ramp)
-    are embedded as images; text, axes, ticks and frames are vectors, and text stays
-    text (TrueType in PDF, ``<text>`` in SVG).
-    Every file carries guidedbp's mark (PDF ``Creator`` and ``Producer``, SVG creator,
-    PNG ``Software``) and no date, so :func:`is_own_figure` can tell it from a user's.
-
-    Args:
-        figure: A figure from :func:`draw` or :func:`plot` (any figure works).
-        format: One of :data:`FIGURE_FORMATS`.
-        dpi: Resolution of PNG output and of the images inside PDF and SVG.
-
-    Returns:
-        The file's bytes.
-
-    Raises:
-        PlotUnavailable: Without matplotlib.
-        ArgumentError: An unknown ``format`` or a bad ``dpi``.
-
-    >>> import numpy as np
-    >>> figure = draw(np.zeros((4, 4), np.uint8), {"guided": np.ones((4, 4, 3))}, "")
-    >>> figure_bytes(figure, "pdf")[:5], figure_bytes(figure, "png")[1:4]
-    (b'%PDF-', b'PNG')
-    """
-    require_matplotlib()
-    import io
-
-    import matplotlib
-
-    if format not in FIGURE_FORMATS:
-        raise ArgumentError(f"format={format!r} is not one of {', '.join(FIGURE_FORMATS)}")
-    if isinstance(dpi, (bool, np.bool_)) or not isinstance(dpi, (int, np.integer)) or dpi <= 0:
-        raise ArgumentError(f"dpi={dpi!r} must be a positive whole number")
-    metadata = {
-        "pdf": {"Creator": _MARK, "Producer": f"{_MARK} (matplotlib {matplotlib.__version__})",
-                "CreationDate": None, "ModDate": None},
-        "svg": {"Creator": _MARK, "Date": None},
-        "png": None,  # rendered by matplotlib, then written as guidedbp writes its PNGs
-    }[format]
-    settings = {"svg.hashsalt": _SVG_SALT, "svg.fonttype": "none", "pdf.fonttype": 42,
-                "pdf.compression": 6, "savefig.facecolor": "white",
-                "savefig.edgecolor": "white", "savefig.transparent": False}
-    buffer = io.BytesIO()
-    with matplotlib.rc_context(settings):
-        figure.savefig(buffer, format=format, dpi=int(dpi), metadata=metadata)
-    if format != "png":
-        return buffer.getvalue()
-    from PIL import Image
-
-    with Image.open(io.BytesIO(buffer.getvalue())) as image:
-        rgb = np.asarray(image.convert("RGB"))
-    return encode_png(rgb)
-
-
-def is_own_figure(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a whole figure file that guidedbp wrote (PDF, SVG or PNG).
-
-    True only for a regular file, not a link to one, that carries guidedbp's mark
-    (:func:`figure_bytes`) and is complete: a PDF from ``%PDF`` to ``%%EOF``, an SVG
-    ending in ``</svg>``, a PNG ending in its IEND chunk. Reads the file's first and
-    last few kilobytes; needs no matplotlib.
-
-    >>> import tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "figure.pdf")
-    >>> with open(path, "wb") as handle:
-    ...     _ = handle.write(b"%PDF-1.4 not a figure")
-    >>> is_own_figure(path), is_own_figure(path + ".missing")
-    (False, False)
-    """
-    return all(_figure_state(path))
-
-
-def is_whole_figure(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a complete PDF, SVG or PNG regular file, whoever wrote it (a
-    file guidedbp listed that is no longer whole is its own, damaged)."""
-    return _figure_state(path)[0]
-
-
-def _figure_state(path) -> tuple[bool, bool]:
-    """``(whole, marked)`` of a figure file; both False for anything else."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return False, False
-        with open(path, "rb") as handle:
-            head = handle.read(_HEAD_READ)
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - _TAIL_READ))
-            tail = handle.read(_TAIL_READ)
-    except (OSError, TypeError, ValueError):
-        return False, False
-    if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return is_whole_png(path), is_own_png(path)
-    ending = tail.rstrip(b"\r\n")
-    if head.startswith(b"%PDF-"):
-        return ending.endswith(b"%%EOF"), _PDF_MARK in tail
-    if head.lstrip().startswith((b"<?xml", b"<svg")):
-        return ending.endswith(b"</svg>"), _SVG_MARK in head
-    return False, False
+    axis.set_xlabel(column.note, fontsize=FONT_SIZE - 1)
