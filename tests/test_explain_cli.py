@@ -714,4 +714,26 @@ def test_help_and_version_do_not_import_tensorflow():
     assert (main_code, explain_code, version_code) == (0, 0, 0)
     assert "explain" in main_help and "inspect" in main_help
     assert "Exit codes:" in explain_help and "--skip-existing" in explain_help
-    assert version.strip() == "guidedbp, version 0.1.0"
+    # The versions installed, as pip reports them (Python's as the interpreter does).
+    from importlib import metadata
+
+    installed = ", ".join(f"{name} {metadata.version(name)}"
+                          for name in ("tensorflow", "keras", "numpy", "pillow", "click"))
+    python = "{}.{}.{}".format(*sys.version_info)
+    assert version == f"guidedbp {metadata.version('guidedbp')} (Python {python}; {installed})\n"
+
+
+def test_version_names_the_distribution_that_installed_a_module(tmp_path):
+    # TensorFlow as a slim CI image has it: the tensorflow-cpu distribution (a real
+    # dist-info that importlib.metadata reads, ahead of this venv on the path).
+    info = tmp_path / "tensorflow_cpu-2.99.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorflow-cpu\n"
+                                   "Version: 2.99.0\n")
+    (info / "top_level.txt").write_text("tensorflow\n")
+    environment = subprocess_environment()
+    environment["PYTHONPATH"] = os.pathsep.join([str(tmp_path), environment["PYTHONPATH"]])
+    process = subprocess.run([sys.executable, "-m", "guidedbp", "--version"], env=environment,
+                             capture_output=True, text=True, timeout=60)
+    assert process.returncode == 0, process.stderr
+    assert "tensorflow 2" in process.stdout and "tensorflow-cpu 2.99.0, keras " in process.stdout

@@ -7,6 +7,8 @@ and ``guidedbp --version`` answer at once. Ctrl-C at any moment prints
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from guidedbp import __version__
@@ -18,10 +20,36 @@ from guidedbp.cli.inspect import inspect_command
 from guidedbp.cli.merge import merge_command
 from guidedbp.cli.report import report_command
 
+#: What ``guidedbp --version`` reports beside itself: these import names' distributions.
+VERSION_MODULES = ("tensorflow", "keras", "numpy", "PIL", "click")
+
+
+def version_line() -> str:
+    """``guidedbp 0.1.0 (Python 3.11.7; tensorflow 2.21.0, keras 3.15.1, ...)``: what a bug
+    report needs, from the installed packages' metadata (nothing is imported). Each module
+    is named by the distribution that installed it (``tensorflow-cpu 2.21.0``, ``pillow``)."""
+    from importlib import metadata
+
+    providers = metadata.packages_distributions()
+    parts = []
+    for module in VERSION_MODULES:
+        names = sorted({name.lower() for name in providers.get(module, [])})
+        parts += [f"{name} {metadata.version(name)}" for name in names] or [f"{module} missing"]
+    python = ".".join(map(str, sys.version_info[:3]))
+    return f"guidedbp {__version__} (Python {python}; {', '.join(parts)})"
+
+
+def _print_version(ctx: click.Context, param, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(version_line())
+        ctx.exit()
+
 
 @click.group(cls=Command,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, "-V", "--version", prog_name="guidedbp")
+@click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version,
+              help="Show guidedbp's version, Python's and its dependencies', and exit.")
 def main() -> None:
     """Guided backpropagation saliency maps for TensorFlow/Keras image classifiers.
 
