@@ -7,6 +7,7 @@ and ``guidedbp --version`` answer at once. Ctrl-C at any moment prints
 
 from __future__ import annotations
 
+import re
 import sys
 
 import click
@@ -33,8 +34,10 @@ def version_line() -> str:
     providers = metadata.packages_distributions()
     parts = []
     for module in VERSION_MODULES:
-        names = sorted({name.lower() for name in providers.get(module, [])})
-        parts += [f"{name} {metadata.version(name)}" for name in names] or [f"{module} missing"]
+        names = {re.sub(r"[-_.]+", "-", name).lower(): name  # as pip shows it
+                 for name in providers.get(module, [])}
+        parts += [f"{shown} {metadata.version(names[shown])}" for shown in sorted(names)] \
+            or [f"{module} missing"]
     python = ".".join(map(str, sys.version_info[:3]))
     return f"guidedbp {__version__} (Python {python}; {', '.join(parts)})"
 
