@@ -79,6 +79,12 @@ class Outcome:
     def ok(self) -> bool:
         return bool(self.steps) and all(passed for _, passed, _, _ in self.steps)
 
+    def record(self, name: str, passed: bool, seconds: float, summary: str) -> None:
+        """Keep a step's result and print its line."""
+        self.steps.append((name, passed, seconds, summary))
+        print(f"  {'ok  ' if passed else 'FAIL'} {name:<10} {seconds:5.0f} s  {summary}",
+              flush=True)
+
 
 class Missing(Exception):
     """The build or an interpreter is not there: exit 2."""
@@ -224,9 +230,7 @@ def run_plan(plan: Plan, python: Path, wheel: Path, sdist: Path,
         last = [line for line in output.splitlines()
                 if line.strip() and not line.startswith("WARNING:")][-1:] or [""]
         summary = problem or last[0][:110]
-        outcome.steps.append((name, passed, seconds, summary))
-        print(f"  {'ok  ' if passed else 'FAIL'} {name:<10} {seconds:5.0f} s  {summary}",
-              flush=True)
+        outcome.record(name, passed, seconds, summary)
         if not passed:
             print("\n".join("       | " + line for line in output.splitlines()[-25:]))
         return passed
@@ -250,9 +254,8 @@ def run_plan(plan: Plan, python: Path, wheel: Path, sdist: Path,
     if plan.kind == "floors":
         off = {name: outcome.versions.get(name) for name, floor in floors.items()
                if outcome.versions.get(name) != floor}
-        outcome.steps.append(("floors", not off, 0.0, f"not at the floor: {off}" if off
-                              else "every runtime dependency at its floor"))
-        print(f"  {'ok  ' if not off else 'FAIL'} floors     {outcome.steps[-1][3]}")
+        outcome.record("floors", not off, 0.0, f"not at the floor: {off}" if off
+                       else "every runtime dependency at its floor")
 
     python_in_venv = str(venv / "bin" / "python")
     site = f"{venv}{os.sep}"
