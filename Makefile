@@ -28,10 +28,11 @@ test-pythons: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py
 
-# The main job on the bundled default model: panels for the sample shapes.
+# The main job on the bundled default model: panels for the sample shapes the package ships
+# (the same as `guidedbp explain demo sample_images/shapes --render panel,overlay`).
 demo: $(STAMP)
-	$(VENV)/bin/guidedbp explain demo sample_images/shapes --render panel,overlay -o demo-out
-	@echo "Open demo-out/ (one *.panel.png per image: original | color | gray | overlay)."
+	$(VENV)/bin/guidedbp demo -o demo-out
+	@echo "Open demo-out/index.html (one samples/*.panel.png per shape: original | color | gray | overlay)."
 
 # Retrain the bundled shapes model (fixed seeds; minutes on 2 cores).
 demo-model: $(STAMP)

@@ -18,6 +18,7 @@ _LAZY = {
     "Explainer": "guidedbp.api",
     "saliency": "guidedbp.api",
     "Explanation": "guidedbp.engine.explainer",
+    "Caveat": "guidedbp.caveats",
     "NoReluWarning": "guidedbp.engine.explainer",
     "Report": "guidedbp.engine._graph",
     "reference_saliency": "guidedbp.engine.reference",

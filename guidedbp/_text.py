@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 
 def one_line(error: BaseException | str, limit: int | None = None) -> str:
     """``error``'s message with whitespace collapsed to one line (its type name if empty),
@@ -23,3 +25,31 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     if nouns is None:
         nouns = noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
     return f"{count} {nouns}"
+
+
+def did_you_mean(value: str, choices, cutoff: float = 0.6) -> str:
+    """``"did you mean 'x'?"`` for the choices close to ``value`` (``difflib``'s ratio at
+    least ``cutoff``), or ``""``.
+
+    >>> did_you_mean("infern", ["inferno", "viridis", "magma"])
+    "did you mean 'inferno'?"
+    >>> did_you_mean("zzz", ["inferno"])
+    ''
+    """
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=3,
+                                      cutoff=cutoff)
+    return f"did you mean {' or '.join(repr(name) for name in close)}?" if close else ""
+
+
+def some_of(names, limit: int = 12, last: bool = False) -> str:
+    """``names`` as a comma list; past ``limit``, the first (or ``last``) few and the count.
+
+    >>> some_of(["a", "b"]), some_of("abcdef", limit=3), some_of("abcdef", 3, last=True)
+    ('a, b', 'a, b, c, ... (6 in all)', '... d, e, f (6 in all)')
+    """
+    names = [str(name) for name in names]
+    if len(names) <= limit:
+        return ", ".join(names)
+    if last:
+        return f"... {', '.join(names[-limit:])} ({len(names)} in all)"
+    return f"{', '.join(names[:limit])}, ... ({len(names)} in all)"

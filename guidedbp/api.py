@@ -57,6 +57,8 @@ class Explainer(engine.Explainer):
                 raise ArgumentError(f"preprocess={preprocess!r} is not one of "
                                     f"{', '.join(PREPROCESS_MODES)}")
             options.setdefault("pixel_to_input", functools.partial(pixels_to, mode=preprocess))
+        if loaded is not None:  # random weights, unscaled pixels: on every map it makes
+            options.setdefault("caveats", loaded.caveats_for(preprocess))
         super().__init__(model, method, batch_size, **options)
 
     @property

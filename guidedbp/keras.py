@@ -2,8 +2,10 @@
 TensorBoard (and, optionally, as PNG files) every few epochs.
 
 :class:`SaliencyCallback` explains a fixed set of images at the end of the chosen
-epochs and writes each method's map of each image as a TensorBoard image: the same
-pictures ``guidedbp`` writes as PNGs (:func:`guidedbp.render.render`). It traces the
+epochs and writes each method's map of each image as a TensorBoard image: a panel as
+``guidedbp`` draws them (:func:`guidedbp.render.render_panel`): the map at ``tile``
+pixels, titled with its method, the class and its probability above it, the colorbar
+under it. It traces the
 engine's function once, at the start of training, and reuses it: the traced function
 reads the model's variables by reference, so every epoch's maps come from that
 epoch's weights at the cost of one explain pass. Drawing, encoding and writing the
@@ -48,7 +50,15 @@ from guidedbp.engine.explainer import Explainer, Explanation
 from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError
 from guidedbp.io.write import encode_png, save_png
-from guidedbp.render import DEFAULT_ALPHA, DEFAULT_CLIP, DEFAULT_COLORMAP, RENDERS
+from guidedbp.render import (
+    DEFAULT_ALPHA,
+    DEFAULT_CLIP,
+    DEFAULT_COLORMAP,
+    DEFAULT_TILE,
+    RENDERS,
+    render_column,
+    render_panel,
+)
 from guidedbp.render import render as render_map
 from guidedbp.render.options import RenderOptions
 
@@ -102,6 +112,12 @@ class SaliencyCallback(keras.callbacks.Callback):
         render: One of :data:`guidedbp.render.RENDERS` for every method, or ``None``:
             ``color`` for signed maps (gradients), ``overlay`` for non-negative maps
             (Grad-CAM) when ``pictures`` is given, else ``heatmap``.
+        tile: Pixels on the longer side of each map in its panel (a 64-pixel map is
+            enlarged with sharp, nearest-neighbour pixels): the panel adds the caption
+            ``"<class> p=<probability>"``, the method as title and the colorbar.
+            ``None``: the bare render at the model's resolution, nothing on it.
+        labels: Class names, by index, for the captions (``"circle (class 0)"``);
+            ``None``: class indices only.
         png_dir: Also save each logged picture as
             ``png_dir/step-<epoch>/image-<i>.<method>.<render>.png`` (``step-0003``
             holds epoch index 3, TensorBoard's step 3), atomically.
@@ -143,6 +159,8 @@ class SaliencyCallback(keras.callbacks.Callback):
         classes: int | Sequence[int] | None = None,
         pictures=None,
         render: str | None = None,
+        tile: int | None = DEFAULT_TILE,
+        labels: Sequence[str] | None = None,
         png_dir: str | os.PathLike | None = None,
         run: str | None = DEFAULT_RUN,
         cmap: str = DEFAULT_COLORMAP,
@@ -167,7 +185,11 @@ class SaliencyCallback(keras.callbacks.Callback):
             raise ArgumentError("render='overlay' draws on the pictures: give pictures=")
         self.renders = {name: render or _default_render(name, self.pictures is not None)
                         for name in self.methods}
-        self.style = RenderOptions(cmap=cmap, clip=clip, alpha=alpha).style
+        # RenderOptions checks the tile's range (None: no panel).
+        self.style = RenderOptions(cmap=cmap, clip=clip, alpha=alpha,
+                                   tile=DEFAULT_TILE if tile is None else tile).style
+        self.tile = tile
+        self.labels = _as_labels(labels)
         if log_dir is None and png_dir is None:
             raise ArgumentError("log_dir=None and png_dir=None: nothing to write")
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
@@ -288,14 +310,38 @@ class SaliencyCallback(keras.callbacks.Callback):
 
     def draw(self, explanation: Explanation) -> dict[tuple[str, int], np.ndarray]:
         """The ``uint8`` picture of each method's map of each image, by ``(method, index)``:
+        a one-column :func:`guidedbp.render.render_panel` of the render (titled with the
+        method, captioned with :meth:`caption`, with its colorbar) at ``tile`` pixels;
+        the ``panel`` render's own panel; or, with ``tile=None``, the bare
         :func:`guidedbp.render.render` with this callback's render and style."""
         drawn = {}
         for name in self.methods:
+            drawing = self.renders[name]
             for index, saliency in enumerate(explanation.by_method[name]):
                 picture = None if self.pictures is None else self.pictures[index]
-                drawn[name, index] = render_map(self.renders[name], saliency, picture,
-                                                **self.style)
+                if self.tile is None:
+                    drawn[name, index] = render_map(drawing, saliency, picture, **self.style)
+                    continue
+                caption = self.caption(explanation, index)
+                if drawing == "panel":
+                    drawn[name, index] = render_map(drawing, saliency, picture,
+                                                    caption=f"{name}: {caption}",
+                                                    tile=self.tile, **self.style)
+                else:
+                    column = render_column(drawing, saliency, picture, title=name,
+                                           **self.style)
+                    drawn[name, index] = render_panel([column], caption=caption,
+                                                      tile=self.tile)
         return drawn
+
+    def caption(self, explanation: Explanation, index: int) -> str:
+        """``"circle (class 0) p=0.998"`` (``"class 0 p=0.998"`` without ``labels``): the
+        class image ``index``'s maps explain and its probability, as panels say it."""
+        target = int(explanation.targets[index])
+        label = self.labels[target] if self.labels and 0 <= target < len(self.labels) \
+            else None
+        named_class = f"{label} (class {target})" if label else f"class {target}"
+        return f"{named_class} p={float(explanation.probabilities[index]):.3f}"
 
     def _image_name(self, index: int) -> str:
         return f"image-{index:0{self._index_width}d}"
@@ -304,8 +350,10 @@ class SaliencyCallback(keras.callbacks.Callback):
         record = registry.method(name)
         which = "each image's top-1 class at that epoch" if self.classes is None else \
             "the given class"
+        panel = "" if self.tile is None else \
+            f" in a panel ({self.tile} px, with the class, its probability and a colorbar)"
         return (f"{record.title} ({record.paper}) of {which}, drawn as "
-                f"'{self.renders[name]}'. Step: the epoch index (0-based).")
+                f"'{self.renders[name]}'{panel}. Step: the epoch index (0-based).")
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -346,6 +394,18 @@ def _as_classes(classes, count: int) -> np.ndarray | None:
     if np.any(array < 0):
         raise ArgumentError(f"classes={classes!r}: class indices must be >= 0")
     return array.astype(np.int32)
+
+
+def _as_labels(labels) -> tuple[str, ...] | None:
+    if labels is None:
+        return None
+    if isinstance(labels, np.ndarray):
+        labels = labels.tolist()
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence) or not all(
+            isinstance(label, str) for label in labels):
+        raise ArgumentError(f"labels={labels!r:.60} must be a sequence of class names "
+                            "(strings), or None")
+    return tuple(labels)
 
 
 def _as_pictures(pictures, image_shape: tuple) -> np.ndarray | None:

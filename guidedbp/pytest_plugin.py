@@ -11,6 +11,13 @@ Installed with the package (entry point ``pytest11``), so any ``pytest`` run see
   ``--guidedbp-diff-dir DIR`` (where the diff pictures of failed comparisons go;
   default: the test's ``tmp_path``).
 
+Every baseline a run records is listed at the end of the run, with the class it explains
+and how similar the old baseline was to the new map (also in a JUnit XML report, as the
+test's ``guidedbp-recorded`` property)::
+
+    ============ guidedbp: 1 saliency baseline recorded ============
+    tests/test_model/test_circle.npy: class 0 (circle), similarity 0.412 -> 1 (re-recorded)
+
 Loading the plugin imports pytest and the standard library only: TensorFlow and numpy
 are imported when a fixture is first used, so unrelated test runs pay nothing.
 
@@ -36,6 +43,7 @@ import os
 import re
 import types
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +54,8 @@ DIFF_DIR_OPTION = "--guidedbp-diff-dir"
 #: Version of the baseline ``.json`` layout.
 BASELINE_FORMAT = 1
 _RE_RECORD = f"if the change is intended, re-record it with: pytest {UPDATE_OPTION}"
+#: The test property (``item.user_properties``) naming each baseline a test recorded.
+RECORDED_PROPERTY = "guidedbp-recorded"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,14 +67,66 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(default: each test's tmp_path).")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_RecordedBaselines(), "guidedbp-recorded-baselines")
+
+
+class _RecordedBaselines:
+    """Collects the baselines the tests recorded (from their reports, so that it works
+    under pytest-xdist too) and lists them at the end of the run."""
+
+    def __init__(self):
+        self.recorded: list[dict] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self.recorded += [json.loads(value) for name, value in report.user_properties
+                              if name == RECORDED_PROPERTY]
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.recorded:
+            return
+        count = len(self.recorded)
+        terminalreporter.write_sep(
+            "=", f"guidedbp: {count} saliency baseline{'s' * (count != 1)} recorded")
+        for entry in self.recorded:
+            terminalreporter.write_line(recorded_line(entry))
+
+
+def recorded_line(entry: dict) -> str:
+    """One line of the end-of-run list, from a :data:`RECORDED_PROPERTY` entry.
+
+    >>> recorded_line({"baseline": "t/a.npy", "class": "0 (circle)", "old_class": None,
+    ...                "old_similarity": 0.41234, "old_shape": None, "existed": True})
+    't/a.npy: class 0 (circle), similarity 0.412 -> 1 (re-recorded)'
+    >>> recorded_line({"baseline": "t/b.npy", "class": "2", "old_class": None,
+    ...                "old_similarity": None, "old_shape": None, "existed": False})
+    't/b.npy: class 2, new'
+    """
+    line = f"{entry['baseline']}: class {entry['class']}"
+    if entry.get("old_class") is not None:
+        line += f" (was class {entry['old_class']})"
+    if not entry.get("existed"):
+        return f"{line}, new"
+    if entry.get("old_shape"):
+        return f"{line}, was {entry['old_shape']} (re-recorded)"
+    if entry.get("old_similarity") is None:
+        return f"{line}, old baseline unreadable (re-recorded)"
+    return f"{line}, similarity {entry['old_similarity']:.3f} -> 1 (re-recorded)"
+
+
 @pytest.fixture
 def saliency_regression(request: pytest.FixtureRequest, tmp_path: Path) -> SaliencyRegression:
     """A :class:`SaliencyRegression` whose baselines live beside the test file."""
     module = Path(request.node.path)
     diff_dir = request.config.getoption(DIFF_DIR_OPTION)
     diff_folder = Path(diff_dir) / module.stem if diff_dir else tmp_path
+
+    def note(entry: dict) -> None:
+        request.node.user_properties.append((RECORDED_PROPERTY, json.dumps(entry)))
+
     return SaliencyRegression(module.parent / module.stem, _safe(request.node.name),
-                              diff_folder, request.config.getoption(UPDATE_OPTION))
+                              diff_folder, request.config.getoption(UPDATE_OPTION), note)
 
 
 @pytest.fixture
@@ -113,13 +175,19 @@ class SaliencyRegression:
         test_name: The test's name, made safe for a file name.
         diff_folder: Where diff pictures go.
         update: Re-record instead of comparing.
+        on_record: Called with a JSON-ready dict for each baseline recorded: its path
+            (``baseline``), ``class``, ``existed``, and, for one that existed,
+            ``old_class`` (when it explained another), ``old_shape`` (when its map had
+            another size) or ``old_similarity`` (Spearman of the old map with the new).
     """
 
-    def __init__(self, folder: Path, test_name: str, diff_folder: Path, update: bool = False):
+    def __init__(self, folder: Path, test_name: str, diff_folder: Path, update: bool = False,
+                 on_record: Callable[[dict], None] | None = None):
         self.folder = Path(folder)
         self.test_name = test_name
         self.diff_folder = Path(diff_folder)
         self.update = update
+        self.on_record = on_record
         self._explainers: dict = {}
         self._used: set[str] = set()
 
@@ -157,7 +225,10 @@ class SaliencyRegression:
         shown = _describe(image)
         if self.update or not (npy.exists() and meta.exists()):
             current = self._explain(model, image, method, target)
+            entry = _replaced(npy, meta, current)
             _record(npy, meta, current, method, shown)
+            if self.on_record is not None:
+                self.on_record(entry)
             if self.update:
                 return
             raise AssertionError(
@@ -253,6 +324,29 @@ def _record(npy: Path, meta: Path, current: _Map, method: str, shown: str) -> No
     atomic_write_bytes(meta, (json.dumps(document, indent=2) + "\n").encode())
 
 
+def _replaced(npy: Path, meta: Path, current: _Map) -> dict:
+    """What recording ``current`` at ``npy`` replaces (see ``on_record``)."""
+    from guidedbp.checks.stats import map_similarity
+
+    entry = {"baseline": _shown(npy), "class": current.name(current.target),
+             "existed": npy.exists() or meta.exists(), "old_class": None,
+             "old_shape": None, "old_similarity": None}
+    if not entry["existed"]:
+        return entry
+    try:
+        stored, document = _read(npy, meta)
+    except AssertionError:  # unreadable: nothing to compare
+        return entry
+    if int(document["class"]) != current.target:
+        entry["old_class"] = current.name(int(document["class"]))
+    if stored.shape != current.magnitude.shape:
+        entry["old_shape"] = _size(stored)
+    else:
+        similarity = float(map_similarity(stored[..., None], current.magnitude[..., None]))
+        entry["old_similarity"] = similarity if similarity == similarity else None  # NaN
+    return entry
+
+
 def _read(npy: Path, meta: Path):
     import numpy as np
 
@@ -270,34 +364,15 @@ def _read(npy: Path, meta: Path):
 
 def _diff_picture(path: Path, stored, current: _Map, caption: str) -> str:
     """Save baseline | current | |difference| and return the message's line about it."""
-    import numpy as np
-
     from guidedbp.io.write import save_png
-    from guidedbp.render import (
-        DEFAULT_COLORMAP,
-        Column,
-        Scale,
-        colormap_lut,
-        render_column,
-        render_gray,
-        render_panel,
-    )
+    from guidedbp.render.diff import DIFF_COLUMNS, render_difference
 
     try:
-        baseline, now = stored[..., None], current.magnitude[..., None]
-        # Both maps as the gray render normalises them (0..255 up to their 99th
-        # percentile), so the difference does not depend on the maps' scales.
-        levels = np.abs(render_gray(baseline).astype(np.int16) - render_gray(now))
-        table = colormap_lut(DEFAULT_COLORMAP)
-        explained = f"class {current.name(current.target)}"
-        save_png(path, render_panel([
-            render_column("heatmap", baseline, title=f"baseline: {explained}"),
-            render_column("heatmap", now, title=f"current: {explained}"),
-            Column("|difference|", table[levels.astype(np.uint8)], Scale(table, ("0", "1"))),
-        ], caption=caption))
+        save_png(path, render_difference(stored, current.magnitude, caption=caption,
+                                          explained=f"class {current.name(current.target)}"))
     except (ValueError, OSError) as error:  # a NaN map cannot be drawn; say why
         return f"no diff picture: {error}"
-    return f"diff picture (baseline | current | |difference|): {_shown(path)}"
+    return f"diff picture ({DIFF_COLUMNS}): {_shown(path)}"
 
 
 def _safe(name: str) -> str:
@@ -422,7 +497,7 @@ def _check_images(loaded, images) -> list:
                                                   for i in images):
         from guidedbp.io.inputs import collect_inputs
 
-        items = collect_inputs([os.fspath(path) for path in images]).items
+        items = collect_inputs([os.fspath(path) for path in images], unique_names=False).items
         return image_files(items, loaded.input_shape, loaded.channels, loaded.preprocess)
     pixels = np.asarray(images, dtype=np.float32)
     if pixels.ndim != 4:

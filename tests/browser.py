@@ -208,9 +208,7 @@ class Browser:
         page = Page(self, target, session)
         for domain in ("Page", "Runtime", "Network"):
             page.call(f"{domain}.enable")
-        # The page's own size: the window's includes headless Chromium's invisible frame.
-        page.call("Emulation.setDeviceMetricsOverride", {
-            "width": WINDOW[0], "height": WINDOW[1], "deviceScaleFactor": 1, "mobile": False})
+        page.resize(*WINDOW)
         return page
 
     # -- the process
@@ -265,6 +263,12 @@ class Page:
         """This tab's events named ``method`` so far."""
         return [event for event in self.browser.events
                 if event.get("method") == method and event.get("sessionId") == self.session]
+
+    def resize(self, width: int, height: int = WINDOW[1]) -> None:
+        """Give the page ``width`` x ``height`` CSS pixels (the window's own size includes
+        headless Chromium's invisible frame); screenshots then have this size."""
+        self.call("Emulation.setDeviceMetricsOverride", {
+            "width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
 
     def navigate(self, url: str, timeout: float = COMMAND_TIMEOUT) -> None:
         """Load ``url`` and wait for its load event (none comes when only the URL's

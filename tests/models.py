@@ -212,3 +212,32 @@ def sigmoid_cnn() -> keras.Model:
     x = keras.layers.Flatten()(keras.layers.Conv2D(2, 3, activation="relu")(x))
     outputs = keras.layers.Dense(1, activation="sigmoid")(x)
     return keras.Model(inputs, outputs)
+
+
+def swish_cnn(activations: tuple[str, str] = ("swish", "gelu")) -> keras.Model:
+    """16x16x3, EfficientNet-like: rescales inside, then two convolutions with
+    ``activations`` (default swish and GELU: no ReLU-family op), 3 logits; weights seeded
+    from a numpy generator (the global Keras seed is not touched)."""
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Rescaling(1 / 255)(inputs)
+    first = keras.layers.Conv2D(4, 3, activation=activations[0])
+    second = keras.layers.Conv2D(4, 3, activation=activations[1])
+    top = keras.layers.Dense(3)
+    x = keras.layers.GlobalAveragePooling2D()(second(first(x)))
+    model = keras.Model(inputs, top(x), name="swish_cnn")
+    rng = np.random.default_rng(19)
+    for layer in (first, second, top):
+        _set(layer, *[rng.normal(0.0, 0.5, weight.shape) for weight in layer.get_weights()])
+    return model
+
+
+def scaled_linear(scale: float) -> keras.Model:
+    """x (4x4x1) -> Rescaling(``scale``) -> Flatten -> Dense(2), class 0 the sum of the
+    rescaled pixels and class 1 minus it (no biases): the input gradient of class 0 is
+    ``scale`` everywhere."""
+    inputs = keras.Input((4, 4, 1))
+    top = keras.layers.Dense(2, use_bias=False)
+    x = keras.layers.Flatten()(keras.layers.Rescaling(scale)(inputs))
+    model = keras.Model(inputs, top(x), name="scaled_linear")
+    _set(top, np.stack([np.ones(16), -np.ones(16)], axis=1))
+    return model

@@ -440,6 +440,38 @@ def test_baseline_round_trip_passes_and_other_weights_drift(relu_results, tmp_pa
     assert "4 of 4 maps drifted (Spearman < 0.9): generated/0 (" in drifted.detail
 
 
+def test_drifted_maps_get_a_diff_picture_each(relu_results, tmp_path):
+    from guidedbp.render.diff import render_difference
+
+    session, _ = relu_results
+    options = saved_baseline(session, tmp_path / "baseline")
+    baseline = load_baseline(str(tmp_path / "baseline"))
+    other = session_of(relu_cnn(seed=8), baseline=baseline, run_options=options,
+                       diff_folder=str(tmp_path / "diffs"))
+    result = by_name(run_checks(other, ["baseline"]))["baseline"]
+    assert result.status == FAIL
+    keys = [f"generated/{i}" for i in range(4)]
+    paths = [str(tmp_path / "diffs" / "generated" / f"{i}-diff.png") for i in range(4)]
+    assert result.data["diff_pictures"] == dict(zip(keys, paths))
+    assert result.attachments == tuple(paths)
+    assert (f"diff pictures (baseline | current | |difference|): {paths[0]}, {paths[1]}"
+            in result.detail)
+    # Each picture, read back, shows the stored map and this run's map of the same class.
+    targets = [baseline.images[key].target for key in keys]
+    current = other.maps("guided", other.usable, targets)
+    for key, path, target, now in zip(keys, paths, targets, current):
+        stored = baseline.load_map(key)
+        similarity = result.data["similarity"][key]
+        with Image.open(path) as picture:
+            seen = np.asarray(picture)
+        np.testing.assert_array_equal(seen, render_difference(
+            stored, now, explained=f"class {target}",
+            caption=f"{key}: Spearman {similarity:.3f} < 0.9"), err_msg=key)
+    # Without a diff folder (the library's default) nothing is written.
+    quiet = session_of(relu_cnn(seed=8), baseline=baseline, run_options=options)
+    assert by_name(run_checks(quiet, ["baseline"]))["baseline"].data["diff_pictures"] == {}
+
+
 def test_baseline_fails_on_missing_images_and_changed_options(relu_results, tmp_path):
     session, _ = relu_results
     options = saved_baseline(session, tmp_path)
@@ -520,3 +552,12 @@ def test_json_document_and_junit_xml(relu_results):
     assert names == [*DEFAULT, "baseline"]
     failure = suite_element.findall("testcase")[-1].find("failure")
     assert failure.get("message") == "drift <&>"
+
+
+@pytest.mark.parametrize("module", ["guidedbp.render.diff", "guidedbp.pytest_plugin"])
+def test_diff_and_plugin_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0, result

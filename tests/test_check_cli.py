@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -147,6 +148,64 @@ def test_baseline_save_pass_drift_and_options(files, tmp_path):
             in other_options["checks"][0]["detail"])
 
 
+def test_drifted_maps_get_diff_pictures_named_in_the_table_and_junit_xml(files, tmp_path):
+    import tempfile
+
+    from guidedbp.render.diff import render_difference
+
+    baseline = tmp_path / "baseline"
+    check(files / "relu.keras", files / "images", "--checks", "loads", "--save-baseline",
+          baseline)
+    stored = json.loads((baseline / "baseline.json").read_text())["images"]
+    keys = [entry["key"] for entry in stored]
+
+    # Default: a new temporary folder, each picture named on the console line.
+    report = tmp_path / "check.xml"
+    table = check(files / "other.keras", files / "images", "--baseline", baseline,
+                  "--checks", "baseline", "--junit-xml", report, code=1).stdout
+    assert "diff pictures (baseline | current | |difference|): " in " ".join(table.split())
+    shown = [word.rstrip(",") for word in table.split() if word.rstrip(",").endswith(
+        "-diff.png")]
+    folder = Path(shown[0]).parent
+    assert folder.name.startswith("guidedbp-check-diffs-")
+    assert folder.parent == Path(tempfile.gettempdir())
+    try:
+        assert shown == [str(folder / f"{key}-diff.png") for key in keys]
+        # JUnit XML links every picture from the failing testcase.
+        case = ET.parse(report).getroot().find("testsuite/testcase")
+        assert case.find("failure") is not None
+        assert case.find("system-out").text.splitlines() == [
+            f"[[ATTACHMENT|{path}]]" for path in shown]
+        # Each picture, opened, is baseline | current | |difference| (its pixels are
+        # compared in test_check.py, where the current maps of the baseline's class are
+        # at hand): the baseline's map is its first column.
+        for entry, path in zip(stored, shown):
+            old = np.load(baseline / entry["map"])
+            with Image.open(path) as picture:
+                seen = np.asarray(picture.convert("RGB"))
+            drawn = render_difference(old, old, explained=f"class {entry['class']}",
+                                      caption=f"{entry['key']}: Spearman 0.123 < 0.9")
+            assert seen.shape == drawn.shape and seen.shape[1] > 3 * 224
+            left = slice(None, 8 + 224)  # the margin and the first tile
+            np.testing.assert_array_equal(seen[40:, left], drawn[40:, left])
+    finally:
+        import shutil
+
+        shutil.rmtree(folder)
+
+    # --diff-dir chooses the folder; a run that does not drift leaves no temporary one.
+    document = check_json(files / "other.keras", files / "images", "--baseline", baseline,
+                          "--checks", "baseline", "--diff-dir", tmp_path / "diffs", code=1)
+    pictures = document["checks"][0]["data"]["diff_pictures"]
+    assert pictures == {key: str(tmp_path / "diffs" / f"{key}-diff.png") for key in keys}
+    assert all(Path(path).is_file() for path in pictures.values())
+    before = set(Path(tempfile.gettempdir()).glob("guidedbp-check-diffs-*"))
+    same = check_json(files / "relu.keras", files / "images", "--baseline", baseline,
+                      "--checks", "baseline")
+    assert same["checks"][0]["data"]["diff_pictures"] == {}
+    assert set(Path(tempfile.gettempdir()).glob("guidedbp-check-diffs-*")) == before
+
+
 def test_failing_checks_save_no_baseline(files, tmp_path):
     result = check(files / "gelu.keras", "--save-baseline", tmp_path / "b", code=1)
     assert "baseline not saved: 2 checks failed (relu-coverage, guided-differs)" in result.stderr
@@ -161,6 +220,7 @@ def test_failing_checks_save_no_baseline(files, tmp_path):
     (["{relu}", "--baseline", "{folder}", "--save-baseline", "{folder}"],
      "cannot be used together"),
     (["{relu}", "{folder}/nothing-here"], "not found"),
+    (["{relu}", "--diff-dir", "{folder}"], "--diff-dir holds the baseline check's pictures"),
     (["{relu}", "--expect", "{folder}/labels.txt"], "line 1: expected 'image,class'"),
 ])
 def test_usage_and_load_errors_exit_2(files, args, message):
@@ -198,3 +258,15 @@ def test_python_m_guidedbp_check_exit_code(files):
     assert completed.returncode == 1, completed.stderr
     assert "relu-coverage  fail" in completed.stdout
     assert "1 passed, 1 failed, 0 info, 0 skipped" in completed.stdout
+
+
+def test_images_of_one_name_in_two_folders_are_both_checked(files, tmp_path):
+    # explain refuses two INPUTs that would write under one name (issue 19, item 20);
+    # check writes nothing at those names and keeps them apart by their folders.
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(files / "images" / "one.png", tmp_path / folder / "x.png")
+    document = check_json(files / "relu.keras", tmp_path / "a" / "x.png",
+                          tmp_path / "b" / "x.png", "--checks", "loads")
+    assert statuses(document) == {"loads": "pass"}
+    assert document["images"] == ["a/x", "b/x"]

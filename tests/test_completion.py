@@ -59,6 +59,7 @@ def test_bash_completes_renders_and_colormaps():
 
 def test_bash_completes_commands_and_evaluate_lists():
     assert "explain" in bash_completions("guidedbp ex")
+    assert bash_completions("guidedbp de") == ["demo"]
     assert bash_completions("guidedbp evaluate --metric pointing,") == [
         "pointing,energy", "pointing,deletion", "pointing,insertion"]
     assert bash_completions("guidedbp evaluate --method occ") == ["occlusion"]

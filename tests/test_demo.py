@@ -202,6 +202,18 @@ def test_sample_shapes_match_the_generator(tmp_path):
             assert np.array_equal(np.asarray(fresh), np.asarray(shipped))
 
 
+def test_the_package_ships_the_same_sample_shapes():
+    # guidedbp demo explains the package's copy (the wheel carries it); make demo's and the
+    # README's commands read sample_images/shapes: the same six files, byte for byte.
+    from guidedbp.demo.samples import packaged_samples
+
+    shipped = packaged_samples()
+    assert [p.name for p in shipped] == sorted(f"{name}_0.png" for name in CLASS_NAMES)
+    assert sorted(p.name for p in (SAMPLES / "shapes").iterdir()) == [p.name for p in shipped]
+    for path in shipped:
+        assert path.read_bytes() == (SAMPLES / "shapes" / path.name).read_bytes(), path.name
+
+
 def test_sample_shapes_show_their_class(tmp_path):
     from PIL import Image
 

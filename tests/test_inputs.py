@@ -103,15 +103,19 @@ def test_no_recursive_takes_the_top_folder_only(tree):
     assert collected.passed_over == 1  # notes.txt; b/readme.md is not visited
 
 
-def test_hidden_files_and_folders_are_neither_taken_nor_counted(tmp_path):
+def test_hidden_files_and_folders_are_skipped_and_counted(tmp_path):
     _touch(tmp_path / "shown.png")
     _touch(tmp_path / ".hidden.png")
+    _touch(tmp_path / "..photo.jpg")  # hidden too, as `ls` and the shell's * see it
     _touch(tmp_path / ".shown.png.1234.abcd.tmp")  # what a killed run may leave behind
     _touch(tmp_path / ".cache" / "inside.png")
     _touch(tmp_path / "sub" / ".DS_Store")
     collected = collect_inputs([str(tmp_path)])
     assert _relative(collected, tmp_path) == ["shown.png"]
     assert collected.passed_over == 0
+    assert collected.hidden == 3  # .hidden.png, ..photo.jpg and .cache: said, not silent
+    # Named directly, a hidden file is the user's choice: it is taken.
+    assert _stems(collect_inputs([str(tmp_path / "..photo.jpg")])) == ["..photo.jpg"]
 
 
 def test_arguments_keep_their_order_and_stems_do_not_depend_on_each_other(tree, monkeypatch):
@@ -138,8 +142,42 @@ def test_one_file_is_named_after_itself(tree):
 
 def test_same_name_in_two_folders_never_collides(tree, monkeypatch):
     monkeypatch.chdir(tree.root)
-    collected = collect_inputs(["a/cat.jpg", "b/cat.jpg"])
-    assert _stems(collected) == ["a/cat.jpg", "b/cat.jpg"]
+    # Two files named directly go under their own names: the same name is refused,
+    # naming both, rather than one overwriting the other.
+    with pytest.raises(InputError) as caught:
+        collect_inputs(["a/cat.jpg", "b/cat.jpg"])
+    assert str(caught.value).startswith(
+        "inputs 'a/cat.jpg' and 'b/cat.jpg' would both write their maps under 'cat.jpg'")
+    # A caller that writes nothing at the stems (check) may take both.
+    assert _stems(collect_inputs(["a/cat.jpg", "b/cat.jpg"], unique_names=False)) == [
+        "cat.jpg", "cat.jpg"]
+    # Different names side by side, and one file or folder named twice, are fine.
+    assert _stems(collect_inputs(["a/cat.jpg", "mixed/cat.png", "a/cat.jpg"])) == [
+        "cat.jpg", "cat.png"]
+    assert _stems(collect_inputs(["a", "a/cat.jpg", "../tree/a/"])) == ["a/cat.jpg"]
+
+
+def test_two_folders_of_one_name_are_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _touch(tmp_path / "x" / "photos" / "cat.png")
+    _touch(tmp_path / "y" / "photos" / "dog.png")  # no file name in common: still one name
+    _touch(tmp_path / "z" / "PHOTOS" / "w.png")
+    _touch(tmp_path / "here" / "photos" / "v.png")
+    with pytest.raises(InputError, match="'x/photos' and 'y/photos' would both write their "
+                                         "maps under 'photos'"):
+        collect_inputs(["x/photos", "y/photos"])
+    with pytest.raises(InputError, match="'x/photos' and 'z/PHOTOS'"):  # any letter case
+        collect_inputs(["x/photos", "z/PHOTOS"])
+    # A nameless argument ('.', '..') puts its files straight under OUT, each at its path
+    # below it: its subfolder 'photos' takes the name too.
+    monkeypatch.chdir(tmp_path / "here")
+    assert _stems(collect_inputs(["."])) == ["photos/v.png"]
+    with pytest.raises(InputError, match="'.' and '../x/photos' would both .* 'photos'"):
+        collect_inputs([".", "../x/photos"])
+    with pytest.raises(InputError, match="'../x/photos' and '.' would both .* 'photos'"):
+        collect_inputs(["../x/photos", "."])
+    assert _stems(collect_inputs(["..", "../x/photos"])) == [
+        "here/photos/v.png", "x/photos/cat.png", "y/photos/dog.png", "z/PHOTOS/w.png"]
 
 
 def test_named_file_of_any_extension_is_taken(tree):
@@ -153,7 +191,7 @@ def test_same_file_given_twice_is_explained_once(tree):
     spelled_again = os.path.join(tree.path("a"), "..", "a", "cat.jpg")
     collected = collect_inputs([tree.path("a/cat.jpg"), spelled_again, tree.path("a")])
     assert [item.path for item in collected.items] == [tree.path("a/cat.jpg")]
-    assert _stems(collected)[0].endswith("/tree/a/cat.jpg")
+    assert _stems(collected) == ["cat.jpg"]
 
 
 def test_symlink_to_a_file_already_taken_is_dropped(tmp_path):
@@ -191,6 +229,19 @@ def test_glob_names_outputs_as_the_folder_would(tree, monkeypatch):
     assert [item.relative for item in collected.items] == _relative(collected, "tree")
     by_folder = {i.path: i.output_stem for i in collect_inputs(["tree"]).items}
     assert all(by_folder[i.path] == i.output_stem for i in collected.items)
+
+
+def test_absolute_and_dotdot_inputs_read_naturally(tree, monkeypatch):
+    # Each argument under its own last component: no %2F, no %2E%2E.
+    monkeypatch.chdir(tree.root / "b")
+    assert _stems(collect_inputs([str(tree.root / "a")])) == ["a/cat.jpg"]
+    assert _stems(collect_inputs(["../a/cat.jpg"])) == ["cat.jpg"]
+    assert _stems(collect_inputs([f"{tree.root}/*/cat.*"]))[:2] == ["tree/a/cat.jpg",
+                                                                    "tree/b/cat.jpg"]
+    assert _stems(collect_inputs(["../mixed/*.png"])) == [
+        "mixed/cat.png", "mixed/rgba.png", "mixed/sixteen.png"]
+    assert _stems(collect_inputs(["*/../../a/*.jpg"])) == ["a/cat.jpg"]  # normalised first
+    assert _stems(collect_inputs(["../b/deep/../../top.png"])) == ["top.png"]
 
 
 def test_double_star_glob_reaches_every_depth(tree):
@@ -280,7 +331,7 @@ def test_stems_keep_the_extension_and_never_collide(tmp_path, monkeypatch):
     for name in names:
         _touch(tmp_path / name)
     assert _stems(collect_inputs(names)) == ["cat.jpg", "cat.png", "cat_jpg.png",
-                                             "Cat_png.bmp", "100%25.png"]
+                                             "Cat_png.bmp", "100%.png"]
 
 
 def test_stems_stay_inside_out_and_fit_the_file_system(tmp_path, monkeypatch):
@@ -290,9 +341,12 @@ def test_stems_stay_inside_out_and_fit_the_file_system(tmp_path, monkeypatch):
     _touch(tmp_path / "up.png")
     long_name = "x" * 240 + ".png"
     _touch(inside / long_name)
-    assert output_stem("../up.png") == "%2E%2E/up.png"
-    assert output_stem(str(tmp_path / "up.png")) == "%2F" + str(tmp_path / "up.png")
-    assert output_stem("a/./b/../c.png") == "a/c.png"
+    assert output_stem("../up.png") == "up.png"
+    assert output_stem(str(tmp_path / "up.png")) == "up.png"
+    assert output_stem("a/./b/../c.png") == "c.png"
+    assert output_stem("a/./b/../c.png", "a/.") == "a/c.png"
+    assert output_stem("../../x/y.png", "../..") == "x/y.png"
+    assert output_stem("/x/y.png", "/") == "x/y.png"
     stem = output_stem(long_name)
     assert stem == output_stem(long_name)  # the same every time
     assert len(stem.encode()) <= 255 - 120 and "~" in stem
@@ -316,6 +370,7 @@ def test_output_stems_are_unique_and_stay_in_their_folder(files):
         assert len(collected.items) == len(files)
         assert len(set(stems)) == len(stems)  # unique
         for item, stem in zip(collected.items, stems):
-            # The path as named, and nothing else: it does not depend on the other files.
-            assert stem == output_stem(item.path)
-            assert stem.endswith("/" + Path(item.path).relative_to(root.parent).as_posix())
+            # The folder's name and the path below it, and nothing else: it does not
+            # depend on the other files.
+            assert stem == output_stem(item.path, str(root))
+            assert stem == Path(item.path).relative_to(root.parent).as_posix()

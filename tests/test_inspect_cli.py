@@ -35,7 +35,7 @@ def fields(text: str) -> dict:
     """The 'key  value' lines of the text description (notes collected in a list)."""
     parsed = {"note": []}
     for line in text.splitlines():
-        if line.startswith("class names:"):
+        if line.startswith("class names"):
             break
         key, value = line[:11].strip(), line[12:]
         if key == "note":
@@ -169,6 +169,40 @@ def test_labels_that_do_not_match_the_classes_are_noted(models):
     info = inspect_json(models / "mix.keras", "--labels", models / "four.json")
     assert info["labels"] == ["cat", "dog", "bird", "fish"]
     assert "4 labels for 3 classes" in info["notes"]
+
+
+def test_many_class_names_are_summarised_unless_classes_asks_for_all(models):
+    labels = models / "thirty.txt"
+    labels.write_text("".join(f"class{index}\n" for index in range(30)))
+    text = inspect(models / "mix.keras", "--labels", labels)
+    assert fields(text)["note"] == [RESCALING_NOTE, "30 labels for 3 classes"]
+    assert text.endswith(
+        "class names (30; --classes lists them all):\n"
+        "     0  class0\n     1  class1\n     2  class2\n     3  class3\n     4  class4\n"
+        "  ... 20 more ...\n"
+        "    25  class25\n    26  class26\n    27  class27\n    28  class28\n    29  class29\n"
+    )
+    everything = inspect(models / "mix.keras", "--labels", labels, "--classes")
+    assert everything.endswith("class names:\n" + "".join(
+        f"  {index:>4}  class{index}\n" for index in range(30)))
+    assert inspect_json(models / "mix.keras", "--labels", labels)["labels"] == [
+        f"class{index}" for index in range(30)]
+    # Twenty names or fewer are listed in full either way.
+    labels.write_text("".join(f"class{index}\n" for index in range(20)))
+    assert inspect(models / "mix.keras", "--labels", labels).endswith(
+        "class names:\n" + "".join(f"  {index:>4}  class{index}\n" for index in range(20)))
+
+
+def test_imagenet_classes_of_a_keras_application_are_summarised():
+    text = inspect("keras:MobileNetV2", "--weights", "none")
+    assert fields(text)["classes"] == "1000"
+    names = text[text.index("\nclass names (") + 1:].splitlines()
+    assert names[0] == "class names (1000; --classes lists them all):"
+    assert (names[1], names[6], names[-1]) == ("     0  tench", "  ... 990 more ...",
+                                               "   999  toilet tissue")
+    assert len(names) == 12
+    assert len(inspect("keras:MobileNetV2", "--weights", "none", "--classes").splitlines()) \
+        == len(text.splitlines()) + 989
 
 
 @pytest.mark.parametrize("args, message", [

@@ -31,13 +31,15 @@ from PIL import Image
 from guidedbp.engine.explainer import Explainer
 from guidedbp.errors import ArgumentError
 from guidedbp.keras import SaliencyCallback
-from guidedbp.render import render
+from guidedbp.render import PANEL_MARGIN, render, render_column, render_panel
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPE = (12, 12, 1)
 NUM_CLASSES = 3
 EPOCHS = 3
 LOGGED = 3  # images the callbacks explain
+LABELS = ("red", "green", "blue")
+TILE = 96  # the panels' tile (the maps are 12 px: each pixel becomes an 8 px square)
 
 
 def tiny_model() -> keras.Model:
@@ -82,9 +84,10 @@ def run(tmp_path_factory) -> Run:
     model = tiny_model()
     model.compile(keras.optimizers.Adam(0.05), "sparse_categorical_crossentropy")
     every = SaliencyCallback(images[:LOGGED], ("guided", "gradcam"), log_dir=root / "logs",
-                             pictures=pictures[:LOGGED], png_dir=root / "png")
+                             pictures=pictures[:LOGGED], png_dir=root / "png", tile=TILE,
+                             labels=LABELS)
     fixed = SaliencyCallback(images[:LOGGED], "vanilla", log_dir=root / "logs", run="fixed",
-                             every_n_epochs=2, classes=1)
+                             every_n_epochs=2, classes=1, tile=None)
     weights = WeightsAtEpochEnd()
     model.fit(images, labels, epochs=EPOCHS, batch_size=12, shuffle=False, verbose=0,
               callbacks=[every, fixed, weights])
@@ -124,14 +127,27 @@ def decode(png: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(png)))
 
 
-def expected_pictures(run: Run, epoch: int, methods, classes, renders) -> dict:
-    """(method, index) -> the picture the API gives for the weights at ``epoch``."""
+def expected_pictures(run: Run, epoch: int, methods, classes, renders, tile=TILE,
+                      labels=LABELS) -> dict:
+    """(method, index) -> the picture the API gives for the weights at ``epoch``: the
+    panel of the render, titled with the method and captioned with the class and its
+    probability, at ``tile`` pixels; with ``tile=None``, the bare render."""
     copy = keras.models.clone_model(run.model)
     copy.set_weights(run.weights[epoch])
     explanation = Explainer(copy, methods).explain(run.images, classes)
-    return {(name, index): render(renders[name], saliency, run.pictures[index])
-            for name in methods
-            for index, saliency in enumerate(explanation.by_method[name])}
+    pictures = {}
+    for name in methods:
+        for index, saliency in enumerate(explanation.by_method[name]):
+            if tile is None:
+                pictures[name, index] = render(renders[name], saliency, run.pictures[index])
+                continue
+            target = int(explanation.targets[index])
+            named = f"{labels[target]} (class {target})" if labels else f"class {target}"
+            caption = f"{named} p={explanation.probabilities[index]:.3f}"
+            pictures[name, index] = render_panel(
+                [render_column(renders[name], saliency, run.pictures[index], title=name)],
+                caption=caption, tile=tile)
+    return pictures
 
 
 # -- what TensorBoard sees --------------------------------------------------------------------
@@ -147,7 +163,13 @@ def test_tensorboard_sees_one_image_per_method_image_and_epoch(run):
     for tag, rows in logged["guidedbp"].items():
         steps = [0] if tag.startswith("picture/") else [0, 1, 2]
         assert [row[0] for row in rows] == steps, tag
-        assert all(row[1:3] == (12, 12) for row in rows), tag
+        if tag.startswith("picture/"):
+            assert all(row[1:3] == (12, 12) for row in rows), tag
+        else:  # a panel: the map at the tile's size, text above, colorbar below
+            assert all(row[1] == TILE + 2 * PANEL_MARGIN and row[2] > TILE + 40
+                       for row in rows), tag
+    for rows in logged["fixed"].values():  # tile=None: the bare render
+        assert all(row[1:3] == (12, 12) for row in rows)
     for rows in logged["fixed"].values():
         assert [row[0] for row in rows] == [0, 2]  # epochs 0, 2, ... as histogram_freq
 
@@ -171,11 +193,55 @@ def test_logged_pictures_are_the_maps_of_each_epochs_weights(run):
                                       run.pictures[index][..., 0])
 
 
+def test_a_panel_shows_the_map_its_class_probability_and_colorbar(run):
+    """Read as a person reads the card: the map fills a TILE-pixel square (each map pixel
+    a sharp 8-pixel square of the bare render's colour), with the class name and
+    probability above it and a colorbar below it."""
+    logged = read_images(run.root / "logs")["guidedbp"]
+    last = run.every.last  # the newest epoch's explanation
+    for name, drawn in (("guided", "color"), ("gradcam", "overlay")):
+        panel = decode(logged[f"{name}/image-00"][EPOCHS - 1][3])
+        bare = render(drawn, last.by_method[name][0], run.pictures[0])
+        assert bare.shape == (12, 12, 3)
+        columns = slice(PANEL_MARGIN, PANEL_MARGIN + TILE)
+        # Where the map sits: the rows whose 8-pixel squares are the bare render's pixels.
+        tops = [top for top in range(panel.shape[0] - TILE + 1)
+                if np.array_equal(panel[top + 4:top + TILE:8, PANEL_MARGIN + 4::8][:, :12],
+                                  bare)]
+        # Sampled 4 px into each square: the 8 offsets from 4 px above the map match.
+        assert len(tops) == 8, f"{name}: the map is not in the panel once"
+        top = tops[0] + 4
+        tile = panel[top:top + TILE, columns]
+        np.testing.assert_array_equal(tile, np.repeat(np.repeat(bare, 8, 0), 8, 1))
+        assert np.any(panel[:top, columns] < 128), f"{name}: no text above the map"
+        assert np.any(panel[top + TILE:, columns] < 128), f"{name}: no colorbar under it"
+    target = int(last.targets[0])
+    assert run.every.caption(last, 0) == (f"{LABELS[target]} (class {target}) "
+                                          f"p={last.probabilities[0]:.3f}")
+
+
+def test_the_panel_render_draws_its_own_panel(tmp_path):
+    from types import SimpleNamespace
+
+    saliency = np.random.default_rng(0).normal(size=(1, 12, 12, 1)).astype(np.float32)
+    pictures = np.full((1, 12, 12, 1), 100, np.uint8)
+    explanation = SimpleNamespace(by_method={"guided": saliency}, targets=np.array([2]),
+                                  probabilities=np.array([0.25]))
+    callback = SaliencyCallback(np.zeros((1, *SHAPE), np.float32), "guided", log_dir=tmp_path,
+                                render="panel", pictures=pictures, tile=64,
+                                labels=np.array(["a", "b", "c"]))
+    np.testing.assert_array_equal(
+        callback.draw(explanation)["guided", 0],
+        render("panel", saliency[0], pictures[0], caption="guided: c (class 2) p=0.250",
+               tile=64))
+
+
 def test_fixed_class_every_second_epoch(run):
     logged = read_images(run.root / "logs")["fixed"]
     assert run.fixed.last.targets.tolist() == [1] * LOGGED
     for epoch in (0, 2):
-        expected = expected_pictures(run, epoch, ("vanilla",), 1, {"vanilla": "color"})
+        expected = expected_pictures(run, epoch, ("vanilla",), 1, {"vanilla": "color"},
+                                     tile=None)
         for (_, index), picture in expected.items():
             row = logged[f"vanilla/image-{index:02d}"][epoch // 2]
             assert row[0] == epoch
@@ -209,7 +275,9 @@ def test_log_outside_fit_uses_the_current_weights(run, tmp_path):
     callback.set_model(run.model)
     callback.log(10)
     callback.close()
-    expected = expected_pictures(run, EPOCHS - 1, ("guided",), None, {"guided": "color"})
+    # The default tile (224) and no labels: "class 2 p=0.412".
+    expected = expected_pictures(run, EPOCHS - 1, ("guided",), None, {"guided": "color"},
+                                 tile=224, labels=None)
     logged = read_images(tmp_path)["."]
     assert [row[0] for row in logged["guided/image-01"]] == [10]
     np.testing.assert_array_equal(decode(logged["guided/image-01"][0][3]),
@@ -297,6 +365,9 @@ def test_works_without_tensorboard_installed(tmp_path):
     ({"pictures": np.zeros((3, 12, 12), np.float32)}, "dtype float32"),
     ({"pictures": np.zeros((2, 12, 12), np.uint8)}, "got (2, 12, 12)"),
     ({"cmap": "rainbow"}, "cmap='rainbow'"),
+    ({"tile": 10}, "tile=10"),
+    ({"tile": 2.5}, "tile=2.5"),
+    ({"labels": "red"}, "labels='red'"),
     ({"log_dir": None}, "nothing to write"),
     ({"smooth": -2}, "smooth"),
     ({"sparkle": 1}, "'sparkle'"),

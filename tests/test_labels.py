@@ -259,10 +259,15 @@ def test_ambiguous_prefix_shows_at_most_five():
     assert message.endswith(HINT)
 
 
-def test_unknown_name():
+def test_unknown_name_lists_the_classes_when_they_are_few():
     with pytest.raises(ClassNameError) as caught:
         resolve_class("zebu", LABELS, len(LABELS))
-    assert str(caught.value) == f"unknown class 'zebu'; {HINT}"
+    assert str(caught.value) == ("unknown class 'zebu': the classes are cat, catamount, dog, "
+                                 "Apple, apple, blackbird, black swan")
+    with pytest.raises(ClassNameError) as caught:
+        resolve_class("blakbird", LABELS, len(LABELS))
+    assert str(caught.value).startswith("unknown class 'blakbird' (did you mean 'blackbird'?): "
+                                        "the classes are cat, ")
 
 
 def test_unknown_name_suggests_close_ones():
@@ -270,7 +275,10 @@ def test_unknown_name_suggests_close_ones():
         resolve_class("goldfsh", imagenet_labels(), 1000)
     message = str(caught.value)
     assert message.startswith("unknown class 'goldfsh' (did you mean 'goldfish'")
-    assert message.endswith(HINT)
+    assert message.endswith(f"{HINT} (all 1000)")
+    with pytest.raises(ClassNameError) as caught:
+        resolve_class("hexagon", imagenet_labels(), 1000)
+    assert str(caught.value) == f"unknown class 'hexagon'; {HINT} (all 1000)"
 
 
 def test_name_without_labels():

@@ -619,7 +619,8 @@ def test_debug_shows_the_traceback(broken):
     assert isinstance(result.exception, ModelLoadError)
     assert result.exit_code == 1 and "Error:" not in result.stderr
     frames = [frame.name for frame in traceback.extract_tb(result.exc_info[2])]
-    assert "_load_path" in frames
+    # The file's first bytes are checked before TensorFlow is imported (check_model_path).
+    assert "check_model_path" in frames
     assert str(result.exception).endswith("is corrupt or not a Keras model: it is not an HDF5 file")
 
 
@@ -644,6 +645,8 @@ def test_keras_application_by_lowercase_name(mobilenet):
     assert (loaded.labels[0], loaded.labels[999]) == ("tench", "toilet tissue")
     assert "ImageNet" in loaded.labels_source
     assert any("random weights (weights='none')" in note for note in loaded.notes)
+    # ... and it travels with every map as a caveat (preprocessing is known: no other).
+    assert [c.code for c in loaded.caveats] == ["untrained-weights"]
 
 
 def test_weights_path_loads_those_weights(mobilenet):
@@ -653,6 +656,7 @@ def test_weights_path_loads_those_weights(mobilenet):
         np.testing.assert_array_equal(loaded.model.get_layer(name).get_weights()[0],
                                       original.model.get_layer(name).get_weights()[0])
     assert not any("random weights" in note for note in loaded.notes)
+    assert loaded.caveats == ()
 
 
 def test_missing_weights_path_is_refused_before_building(tmp_path):

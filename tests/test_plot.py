@@ -202,6 +202,25 @@ def test_sparse_and_all_zero_maps_still_get_a_scale():
     assert (guided.vmin, guided.vmax) == (-1.0, 1.0)
 
 
+def test_a_tiny_map_is_drawn_as_the_same_map_at_scale_one():
+    # issue 19: no floor on any scale. 2**-47 (7e-15) scales exactly: the limits scale
+    # with the map and every map pixel gets the very same colour.
+    rows, columns = np.mgrid[0:12, 0:16]
+    wave = np.sin(rows / 2.0) * np.cos(columns / 3.0)
+    maps = {"guided": wave[..., None] * np.array([1.0, -0.5, 0.25]),
+            "gradcam": np.abs(wave)[..., None]}
+    picture = np.zeros((12, 16), np.uint8)
+    figures = [plotting.draw(picture, {name: values * scale for name, values in maps.items()},
+                             "t") for scale in (1.0, 2.0**-47)]
+    for one, tiny in zip(*(method_axes(figure)[1:] for figure in figures), strict=True):
+        colours = [axis.images[0].to_rgba(shown(axis), bytes=True) for axis in (one, tiny)]
+        assert colours[0].std() > 20  # a picture, not a flat one
+        np.testing.assert_array_equal(colours[1], colours[0])
+        bar_one, bar_tiny = one.images[0].colorbar, tiny.images[0].colorbar
+        assert (bar_tiny.vmin, bar_tiny.vmax) == (bar_one.vmin * 2.0**-47,
+                                                  bar_one.vmax * 2.0**-47)
+
+
 @pytest.mark.parametrize("maps, keywords, fragments", [
     ({"guided": np.zeros((4, 4, 2))}, {}, ["maps['guided']", "(4, 4, 2)"]),
     ({"guided": np.full((4, 4), np.nan)}, {}, ["maps['guided']", "finite"]),
@@ -236,6 +255,141 @@ def test_plot_names_what_is_wrong(result):
         plotting.plot(result, figsize=(1, 0))
     with pytest.raises(ArgumentError, match="a dict has no image, fitted"):
         plotting.plot({})
+
+
+def boxes_in_figure(figure, axes) -> list:
+    """Each axis' box in figure coordinates (0..1 across the figure), after layout."""
+    return [axis.get_position() for axis in axes]
+
+
+def test_a_wide_figsize_keeps_the_panels_together():
+    """One method in a figure much wider than the pictures need: the picture and the map
+    stay side by side, the spare width goes to both outer margins, not between them."""
+    rows, columns = np.mgrid[0:32, 0:32]
+    picture = (rows * 8 % 256).astype(np.uint8)
+    gradient = np.sin(rows / 3.0)[..., None] * np.cos(columns / 4.0)[..., None]
+    result = fake_result(picture, picture, {"guided": gradient}, {"guided": gradient})
+    figure = plotting.plot(result, figsize=(12, 3))
+    image, guided = boxes_in_figure(figure, method_axes(figure))
+    width, height = figure.get_size_inches()
+    # Square pictures stay square (in inches), as tall as the figure allows.
+    for box in (image, guided):
+        assert box.width * width == pytest.approx(box.height * height, rel=1e-6)
+    gap = guided.x0 - image.x1
+    assert 0 < gap * width < 0.5  # inches: the layout's spacing, not a third of the figure
+    # The pair (and the map's colorbar, with its ticks) sits in the middle.
+    bar = figure.axes[1].child_axes[0]
+    right = bar.get_tightbbox().transformed(figure.transFigure.inverted()).x1
+    assert image.x0 == pytest.approx(1 - right, abs=0.05)
+    assert image.x0 > 0.2  # 12 inches are far more than two 2.3-inch pictures need
+
+
+def test_a_wide_figsize_with_several_methods_leaves_no_gap_either(result):
+    figure = plotting.plot(result, figsize=(16, 3))
+    axes = method_axes(figure)
+    boxes = boxes_in_figure(figure, axes)
+    width = figure.get_size_inches()[0]
+    # Between two maps: only the first one's colorbar and its ticks (about an inch).
+    assert (boxes[1].x0 - boxes[0].x1) * width < 0.5
+    assert (boxes[2].x0 - boxes[1].x1) * width < 1.2
+
+
+@pytest.fixture(scope="module")
+def square(result):
+    """The circle explained for the class "square": another row of the same picture."""
+    return guidedbp.explain_image("demo", CIRCLE, target="square", methods="guided,gradcam")
+
+
+def test_compare_is_a_grid_of_the_single_figures(result, square):
+    figure = plotting.compare([result, square])
+    axes = method_axes(figure)
+    assert len(axes) == 6  # 2 rows x (picture + 2 methods), row by row
+    grid = [axes[:3], axes[3:]]
+    boxes = [boxes_in_figure(figure, row) for row in grid]
+    # A grid: each row's axes side by side at one height, each column's under each other.
+    for row in boxes:
+        assert len({(round(box.y0, 6), round(box.y1, 6)) for box in row}) == 1
+        assert row[0].x1 <= row[1].x0 and row[1].x1 <= row[2].x0
+    for column in range(3):
+        assert boxes[0][column].x0 == pytest.approx(boxes[1][column].x0)
+    assert boxes[1][0].y1 < boxes[0][0].y0  # the second result under the first
+    # The methods title the top row; each row names its image, class and probability.
+    assert [axis.get_title() for axis in grid[0]] == ["image", "guided", "gradcam"]
+    assert [axis.get_title() for axis in grid[1]] == ["", "", ""]
+    assert grid[0][0].get_ylabel() == f"circle_0.png\ncircle (class 0) p={result.probability:.3f}"
+    assert grid[1][0].get_ylabel() == f"circle_0.png\nsquare (class 1) p={square.probability:.3f}"
+    assert figure.get_suptitle() == ""
+    # Each row shows what plot() shows for its result: the same arrays, limits, colours.
+    for row, single in zip(grid, (plotting.plot(result), plotting.plot(square))):
+        for mine, theirs in zip(row, method_axes(single)):
+            np.testing.assert_array_equal(shown(mine), shown(theirs))
+            (image,), (reference,) = mine.images, theirs.images
+            assert image.get_cmap().name == reference.get_cmap().name
+            assert image.get_clim() == reference.get_clim()
+            assert (image.colorbar is None) == (reference.colorbar is None)
+    # Another class, other maps: the rows differ.
+    assert not np.array_equal(shown(grid[0][1]), shown(grid[1][1]))
+
+
+def test_compare_methods_title_caveats_and_one_result():
+    picture = np.zeros((6, 6, 3), np.uint8)
+    cam = np.linspace(0, 1, 36).reshape(6, 6, 1)
+    caveat = SimpleNamespace(line="guided = plain gradient: the model has no guided "
+                                  "activation", concerns=lambda name: name == "guided")
+    first = fake_result(picture, picture, {"gradcam": cam, "guided": cam},
+                        {"gradcam": cam, "guided": cam}, target=1, probability=0.5)
+    first.caveats = (caveat,)
+    first.path = "/data/photos/cat.jpg"
+    figure = plotting.compare([first], methods="guided", title="two classes")
+    axes = method_axes(figure)
+    assert [axis.get_title() for axis in axes] == ["image", "guided"]
+    assert axes[0].get_ylabel() == "cat.jpg\nclass 1 p=0.500"
+    assert axes[0].get_xlabel().replace("\n", " ") == (
+        "\u26a0 guided = plain gradient: the model has no guided activation")
+    assert figure.get_suptitle() == "two classes"
+    # A single result is a grid of one row; a caveat about another method is not shown.
+    alone = plotting.compare(first, methods="gradcam")
+    assert [axis.get_title() for axis in method_axes(alone)] == ["image", "gradcam"]
+    assert method_axes(alone)[0].get_xlabel() == ""
+
+
+def test_compare_names_what_is_wrong():
+    picture = np.zeros((4, 4, 3), np.uint8)
+    cam = np.ones((4, 4, 1))
+    both = fake_result(picture, picture, {"gradcam": cam, "guided": cam},
+                       {"gradcam": cam, "guided": cam})
+    one = fake_result(picture, picture, {"gradcam": cam}, {"gradcam": cam})
+    with pytest.raises(ArgumentError, match="results must be a non-empty sequence"):
+        plotting.compare([])
+    with pytest.raises(ArgumentError, match=r"results\[1\] holds the methods gradcam, "
+                                            r"results\[0\] gradcam, guided: choose the "
+                                            r"columns with methods="):
+        plotting.compare([both, one])
+    with pytest.raises(ArgumentError, match=r"results\[1\]: methods='guided'"):
+        plotting.compare([both, one], methods="guided")
+    with pytest.raises(ArgumentError, match=r"results\[0\] must be what .* a dict has no"):
+        plotting.compare([{}])
+    with pytest.raises(ArgumentError, match="figsize="):
+        plotting.compare([one], figsize=(0, 1))
+
+
+def test_compare_as_a_person_sees_it(result, square, tmp_path):
+    """The PNG, read back: two rows of three panels, the rows' maps where they belong."""
+    figure = plotting.compare([result, square])
+    path = tmp_path / "compare.png"
+    path.write_bytes(plotting.figure_bytes(figure, "png", dpi=int(figure.dpi)))
+    with Image.open(path) as png:
+        pixels = np.asarray(png.convert("RGB")).astype(int)
+    height, width = pixels.shape[:2]
+    assert (width, height) == tuple(round(side * figure.dpi)
+                                    for side in figure.get_size_inches())
+    for row in (method_axes(figure)[:3], method_axes(figure)[3:]):
+        for axis in row:
+            box = axis.get_window_extent()
+            # The middle of each panel is drawn (not the white figure background).
+            middle = pixels[height - int(box.y1) + 5:height - int(box.y0) - 5,
+                            int(box.x0) + 5:int(box.x1) - 5]
+            assert middle.size and np.any(middle.sum(axis=2) < 3 * 250), axis.get_title()
 
 
 # -- files -------------------------------------------------------------------------------------

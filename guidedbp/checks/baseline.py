@@ -84,6 +84,38 @@ def map_file(key: str) -> str:
     return f"{key}.npy"
 
 
+def diff_file(key: str) -> str:
+    """The diff picture's file name in the diff folder for an image key."""
+    return f"{key}-diff.png"
+
+
+def save_diff_picture(folder: str, key: str, stored, current, explained: str,
+                      caption: str) -> str:
+    """Write the picture baseline | current | |difference| of one drifted map
+    (:func:`guidedbp.render.diff.render_difference`) into ``folder``, atomically.
+
+    Args:
+        folder: The diff folder (created).
+        key: The image's key: the picture is ``folder/<key>-diff.png``.
+        stored, current: The baseline's map and this run's, of one size.
+        explained: What the maps explain (``"class 0 (circle)"``), for the titles.
+        caption: The line above the picture.
+
+    Returns:
+        The picture's path.
+
+    Raises:
+        ValueError: For maps that cannot be drawn (NaN, other sizes).
+        OSError: When the file cannot be written.
+    """
+    from guidedbp.io.write import save_png
+    from guidedbp.render.diff import render_difference
+
+    path = os.path.join(folder, diff_file(key))
+    save_png(path, render_difference(stored, current, explained=explained, caption=caption))
+    return path
+
+
 def save_baseline(folder: str, model: str, options: dict, entries: list[dict]) -> str:
     """Write maps and ``baseline.json`` into ``folder`` (created), each file atomically.
 

@@ -75,6 +75,8 @@ GAMES = ("deletion", "insertion")
 BASELINES = ("blur", "black")
 #: Steps of a curve unless told otherwise (a curve has one point more).
 DEFAULT_STEPS = 20
+#: Steps of a curve at most: each step is a forward pass per image and game.
+MAX_STEPS = 1000
 #: The blur's standard deviation, as a share of the picture's shorter side (22.4 px at
 #: 224 x 224): strong enough that no object survives it, while the colours stay.
 BLUR_SIGMA = 0.1
@@ -333,7 +335,8 @@ def deletion_insertion(
             (ranked by ``max_c |map|``).
         classes: The class each curve follows, one per picture; ``None`` for each
             picture's most probable class (one more pass over the pictures).
-        steps: Steps per curve, at least 1; a curve has ``steps + 1`` points.
+        steps: Steps per curve, from 1 to :data:`MAX_STEPS`; a curve has ``steps + 1``
+            points.
         baseline: A :data:`BASELINES` entry.
         pixel_to_input: Maps float32 pixels ``(n, H, W, C)`` into the model's input space
             (the model's preprocessing); ``None`` when the model takes pixels as they are.
@@ -358,6 +361,8 @@ def deletion_insertion(
         raise ArgumentError("predict_probabilities must be a callable: inputs -> "
                             f"probabilities, got {type(predict_probabilities).__name__}")
     steps = _positive_int(steps, "steps")
+    if steps > MAX_STEPS:
+        raise ArgumentError(f"steps={steps} is above the upper bound of {MAX_STEPS}")
     batch_size = _positive_int(batch_size, "batch_size")
     if baseline not in BASELINES:
         raise ArgumentError(f"baseline={baseline!r} is not one of {', '.join(BASELINES)}")

@@ -34,7 +34,9 @@ def format_table(results: list[CheckResult], width: int = 100) -> str:
     detail_width = max(width - indent, 30)
     lines = [f"{'check':<{name_width}}  {'status':<6}  detail"]
     for result in results:
-        wrapped = textwrap.wrap(result.detail, detail_width) or [""]
+        # Paths (diff pictures) stay whole, to be copied from the terminal.
+        wrapped = textwrap.wrap(result.detail, detail_width, break_long_words=False,
+                                break_on_hyphens=False) or [""]
         lines.append(f"{result.name:<{name_width}}  {result.status:<6}  {wrapped[0]}")
         lines.extend(" " * indent + more for more in wrapped[1:])
     return "\n".join(lines)
@@ -62,7 +64,9 @@ def to_json(document: dict) -> str:
 def junit_xml(model: str, results: list[CheckResult], seconds: float) -> bytes:
     """A JUnit XML report: one ``<testsuite name="guidedbp check">`` with one
     ``<testcase>`` per check; failures as ``<failure message=...>``, skips as
-    ``<skipped/>``; the detail (and, for failures, the data) in the body."""
+    ``<skipped/>``; the detail (and, for failures, the data) in the body. A failure's
+    attachments (diff pictures) are linked from its ``<system-out>`` as
+    ``[[ATTACHMENT|/abs/path.png]]``, the form Jenkins and GitLab show as files."""
     counts = summary_counts(results)
     attributes = {"name": SUITE_NAME, "tests": str(len(results)), "failures": str(counts[FAIL]),
                   "errors": "0", "skipped": str(counts[SKIP]), "time": f"{seconds:.3f}"}
@@ -80,6 +84,9 @@ def junit_xml(model: str, results: list[CheckResult], seconds: float) -> bytes:
             failure = ET.SubElement(case, "failure", {"message": result.detail, "type": FAIL})
             failure.text = result.detail + "\n\n" + json.dumps(
                 _json_safe(result.data), indent=2, allow_nan=False)
+            if result.attachments:
+                ET.SubElement(case, "system-out").text = "\n".join(
+                    f"[[ATTACHMENT|{path}]]" for path in result.attachments)
         elif result.status == SKIP:
             ET.SubElement(case, "skipped", {"message": result.detail})
         else:

@@ -20,6 +20,8 @@ class CheckResult:
         detail: One line for people.
         data: The measurements behind ``detail``: JSON-ready values.
         seconds: Wall time the check took.
+        attachments: Files that show the outcome (the diff pictures of drifted maps):
+            a JUnit XML report links them (``[[ATTACHMENT|path]]``).
     """
 
     name: str
@@ -27,6 +29,7 @@ class CheckResult:
     detail: str
     data: dict = field(default_factory=dict)
     seconds: float = 0.0
+    attachments: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.status not in STATUSES:

@@ -33,6 +33,8 @@ class CheckSettings:
         baseline: A loaded :class:`~guidedbp.checks.baseline.Baseline`, or ``None``.
         run_options: The options that made this run's maps (method, preprocess,
             resize, size, inputs), compared with a baseline's.
+        diff_folder: Where the baseline check writes a diff picture (baseline |
+            current | |difference|) of each drifted map; ``None``: none is written.
     """
 
     randomization_steps: int = 5
@@ -44,6 +46,7 @@ class CheckSettings:
     expectations: list = field(default_factory=list)
     baseline: object = None
     run_options: dict = field(default_factory=dict)
+    diff_folder: str | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ raises is recorded as failed with the error, and the others still run.
 from __future__ import annotations
 
 import math
+import os
 import time
 import traceback
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from guidedbp.checks.baseline import save_diff_picture
 from guidedbp.checks.results import FAIL, INFO, PASS, SKIP, CheckResult, listed
 from guidedbp.checks.session import CheckSession, explain_each
 from guidedbp.checks.stats import map_similarity, relative_difference
@@ -136,6 +138,13 @@ def check_self_test(session: CheckSession) -> CheckResult:
             "self-test", SKIP,
             "the model has PReLU, whose relu(x) and relu(-x) the engine leaves plain but "
             "reference_saliency gates like any Relu: it is no reference for this model")
+    from guidedbp.engine._graph import RELU_OPS
+
+    if set(RELU_OPS) & getattr(session.loaded.model, "function_op_types", set()):
+        return CheckResult(
+            "self-test", SKIP,
+            "the model has ReLUs inside tf.cond branches or tf.while_loop bodies, which "
+            "reference_saliency cannot gate one run at a time: it is no reference for this model")
     images = session.usable
     if not images:
         return _no_images("self-test")
@@ -271,7 +280,7 @@ def check_baseline(session: CheckSession) -> CheckResult:
         stored_targets = [baseline.images[image.key].target for image in moved]
         for image, values in zip(moved, session.maps("guided", moved, stored_targets)):
             current[image.key] = values
-    similarities, drifted = {}, []
+    similarities, drifted, pictures, unpictured = {}, [], {}, []
     for image in present:
         stored = baseline.load_map(image.key)
         if stored.shape != current[image.key].shape:
@@ -283,18 +292,35 @@ def check_baseline(session: CheckSession) -> CheckResult:
         similarities[image.key] = _finite_or_none(value)
         if not value >= minimum:
             drifted.append(f"{image.key} ({value:.3f})")
+            if settings.diff_folder is not None:
+                target = baseline.images[image.key].target
+                try:
+                    pictures[image.key] = save_diff_picture(
+                        settings.diff_folder, image.key, stored, current[image.key],
+                        f"class {_class_name(session, target)}",
+                        f"{image.key}: Spearman {value:.3f} < {minimum:g}")
+                except (ValueError, OSError) as error:  # a NaN map cannot be drawn
+                    unpictured.append(f"{image.key} ({error})")
     data.update({"similarity": similarities, "drifted": drifted, "missing": missing,
-                 "class_changed": [image.key for image in moved], "not_in_run": not_in_run})
+                 "class_changed": [image.key for image in moved], "not_in_run": not_in_run,
+                 "diff_pictures": pictures})
     problems = []
     if drifted:
         problems.append(f"{len(drifted)} of {len(present)} maps drifted (Spearman < {minimum:g}): "
                         f"{listed(drifted, 6)}")
+    if pictures:
+        from guidedbp.render.diff import DIFF_COLUMNS  # Pillow, only when there are pictures
+
+        problems.append(f"diff pictures ({DIFF_COLUMNS}): {listed(list(pictures.values()), 6)}")
+    if unpictured:
+        problems.append(f"no diff picture of {listed(unpictured, 3)}")
     if missing:
         problems.append(f"{len(missing)} images not in the baseline: {listed(missing)}")
     if not present and not missing:
         problems.append("no image to compare")
     if problems:
-        return CheckResult("baseline", FAIL, "; ".join(problems), data)
+        return CheckResult("baseline", FAIL, "; ".join(problems), data,
+                           attachments=tuple(os.path.abspath(p) for p in pictures.values()))
     values = [v for v in similarities.values() if v is not None]
     detail = (f"{len(present)} maps match the baseline (Spearman min {min(values):.3f}, "
               f"mean {float(np.mean(values)):.3f} >= {minimum:g})")

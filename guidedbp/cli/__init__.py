@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 import sys
+from collections import defaultdict
 
 import click
 
 from guidedbp import __version__
 from guidedbp.cli.check import check_command
 from guidedbp.cli.common import Command
+from guidedbp.cli.demo import demo_command
 from guidedbp.cli.evaluate import evaluate_command
 from guidedbp.cli.explain import explain_command
 from guidedbp.cli.inspect import inspect_command
@@ -31,7 +33,7 @@ def version_line() -> str:
     is named by the distribution that installed it (``tensorflow-cpu 2.21.0``, ``pillow``)."""
     from importlib import metadata
 
-    providers = metadata.packages_distributions()
+    providers = distributions_by_module(VERSION_MODULES)
     parts = []
     for module in VERSION_MODULES:
         names = {re.sub(r"[-_.]+", "-", name).lower(): name  # as pip shows it
@@ -40,6 +42,26 @@ def version_line() -> str:
             or [f"{module} missing"]
     python = ".".join(map(str, sys.version_info[:3]))
     return f"guidedbp {__version__} (Python {python}; {', '.join(parts)})"
+
+
+def distributions_by_module(modules: tuple[str, ...]) -> dict[str, list[str]]:
+    """``module -> names of the distributions that install it``, for these import names.
+
+    As Python 3.11's ``importlib.metadata.packages_distributions`` finds them: from a
+    distribution's ``top_level.txt`` or, where it has none (numpy's and click's wheels,
+    built by meson-python and flit), from the top names of the files in its ``RECORD``.
+    Python 3.10's reads ``top_level.txt`` only, and so reported numpy and click missing.
+    """
+    from importlib import metadata
+
+    wanted, providers = set(modules), defaultdict(list)
+    for distribution in metadata.distributions():
+        declared = (distribution.read_text("top_level.txt") or "").split()
+        tops = declared or {file.parts[0] if len(file.parts) > 1 else file.name.split(".")[0]
+                            for file in distribution.files or ()}  # six.py: six
+        for module in wanted.intersection(tops):
+            providers[module].append(distribution.metadata["Name"])
+    return dict(providers)
 
 
 def _print_version(ctx: click.Context, param, value: bool) -> None:
@@ -68,3 +90,4 @@ main.add_command(check_command)
 main.add_command(evaluate_command)
 main.add_command(merge_command)
 main.add_command(report_command)
+main.add_command(demo_command)

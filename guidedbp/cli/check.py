@@ -20,10 +20,13 @@ from guidedbp.cli.common import (
     model_options,
     parse_comma_list,
 )
+from guidedbp.engine.options import MAX_BATCH_SIZE
 
 DEFAULT_MIN_SIMILARITY = 0.9
 DEFAULT_RANDOMIZATION_STEPS = 5
 DEFAULT_GENERATED = 4
+#: Generated images at most (--generated): each is held and explained by every check.
+MAX_GENERATED = 1000
 
 
 def _parse_checks(ctx, param, value):
@@ -64,6 +67,10 @@ Exit codes: 0 every check passed (info and skip do not fail),
 @click.option("--save-baseline", type=click.Path(file_okay=False), metavar="DIR",
               help="Save each image's guided map (.npy) and baseline.json into DIR, if no "
                    "check fails.")
+@click.option("--diff-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Baseline check: write a picture baseline | current | |difference| of "
+                   "each drifted map into DIR as KEY-diff.png (default: a new temporary "
+                   "folder); the console line and the JUnit XML name each file.")
 @click.option("--min-similarity", type=click.FloatRange(-1, 1), default=DEFAULT_MIN_SIMILARITY,
               show_default=True,
               help="Baseline check: an image fails when the Spearman rank correlation of its "
@@ -75,7 +82,7 @@ Exit codes: 0 every check passed (info and skip do not fail),
               metavar="X",
               help="Make randomization a gate: fail when the maps' Spearman correlation "
                    "with the original at the last step is above X.")
-@click.option("--generated", type=click.IntRange(min=1), default=DEFAULT_GENERATED,
+@click.option("--generated", type=click.IntRange(1, MAX_GENERATED), default=DEFAULT_GENERATED,
               show_default=True, metavar="N",
               help="Without IMAGES: check on N seeded smooth random images of the model's "
                    "input size (64x64 for free sizes unless --size).")
@@ -83,7 +90,8 @@ Exit codes: 0 every check passed (info and skip do not fail),
               help="Seed of the generated images and of the randomized weights.")
 @click.option("--recursive/--no-recursive", default=True, show_default=True,
               help="Walk IMAGES folders recursively.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
+@click.option("--batch-size", type=click.IntRange(1, MAX_BATCH_SIZE), default=16,
+              show_default=True,
               help="Images per engine pass.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @click.option("--junit-xml", type=click.Path(dir_okay=False), metavar="PATH",
@@ -106,7 +114,10 @@ def check_command(model: str, images: tuple[str, ...], **options) -> None:
     items = _collect(images, options["recursive"])
     expectations = _read_expect(options["expect"])
     baseline = _read_baseline(options["baseline"])
+    if not options["junit_xml"]:  # with it, a model that does not load is a reported check
+        from guidedbp.models.loading import check_model_path
 
+        check_model_path(model)  # before TensorFlow is imported: in milliseconds
     import_tensorflow(options["debug"])
     from guidedbp.checks.expected import resolve_expectations
     from guidedbp.checks.report import format_table, junit_xml, summary_line, to_document, to_json
@@ -133,6 +144,7 @@ def check_command(model: str, images: tuple[str, ...], **options) -> None:
             min_similarity=options["min_similarity"], seed=options["seed"],
             batch_size=options["batch_size"], baseline=baseline,
             run_options=_run_options(loaded, check_images, inputs, options),
+            diff_folder=_diff_folder(options),
         )
         session = CheckSession(loaded, check_images, settings)
         try:  # traces once: a model guidedbp cannot explain is a usage error, not a failure
@@ -145,6 +157,7 @@ def check_command(model: str, images: tuple[str, ...], **options) -> None:
         ctx = click.get_current_context()  # details in the command's own words
         results = [dataclasses.replace(result, detail=as_flags(result.detail, ctx))
                    for result in run_checks(session, names)]
+        _remove_if_empty(settings.diff_folder, options["diff_dir"])
         saved = None
         failed = [result.name for result in results if result.failed]
         if options["save_baseline"] and not failed:
@@ -175,6 +188,9 @@ def _chosen_checks(options: dict) -> tuple[str, ...]:
 
     if options["baseline"] and options["save_baseline"]:
         raise click.UsageError("--baseline and --save-baseline cannot be used together")
+    if options["diff_dir"] and not options["baseline"]:
+        raise click.UsageError("--diff-dir holds the baseline check's pictures: it needs "
+                               "--baseline")
     names = options["check_names"]
     if names is None or names == ("all",):
         return default_checks(expect=bool(options["expect"]), baseline=bool(options["baseline"]))
@@ -191,7 +207,8 @@ def _collect(images: tuple[str, ...], recursive: bool):
     from guidedbp.io.inputs import InputError, collect_inputs
 
     try:
-        collected = collect_inputs(list(images), recursive)
+        # check names images its own way (image_keys): a/cat.jpg and b/cat.jpg are fine
+        collected = collect_inputs(list(images), recursive, unique_names=False)
     except InputError as error:
         raise click.BadParameter(str(error), param_hint="IMAGES") from None
     if not collected.items:
@@ -220,6 +237,27 @@ def _read_baseline(folder: str | None):
         return load_baseline(folder)
     except BaselineError as error:
         raise click.BadParameter(str(error), param_hint="--baseline") from None
+
+
+def _diff_folder(options: dict) -> str | None:
+    """Where the baseline check's diff pictures go: --diff-dir, or a new temporary
+    folder (removed again when no map drifted); ``None`` without --baseline."""
+    if not options["baseline"]:
+        return None
+    if options["diff_dir"]:
+        return options["diff_dir"]
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="guidedbp-check-diffs-")
+
+
+def _remove_if_empty(folder: str | None, given: str | None) -> None:
+    """Remove the temporary diff folder if nothing was written into it."""
+    import os
+
+    if folder is not None and not given:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 def _images(loaded, items, options):

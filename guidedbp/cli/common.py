@@ -25,12 +25,12 @@ import warnings
 
 import click
 
-from guidedbp._text import one_line
+from guidedbp._text import did_you_mean, one_line
 from guidedbp.engine.methods import METHODS, as_methods
-from guidedbp.engine.options import MethodOptions
+from guidedbp.engine.options import MAX_BATCH_SIZE, MethodOptions
 from guidedbp.errors import GuidedbpError
 from guidedbp.models.preprocess import PREPROCESS_MODES, RESIZE_MODES
-from guidedbp.pipeline.options import RunOptions
+from guidedbp.pipeline.options import MAX_SIDE, RunOptions
 
 #: Exit code of an unexpected internal error (a bug), distinct from usage errors (2).
 INTERNAL_ERROR = 3
@@ -123,8 +123,8 @@ def parse_methods(ctx, param, value: str) -> tuple[str, ...]:
         names = [n.strip().lower() for n in value.split(",") if n.strip()]
         unknown = [n for n in names if n not in METHODS]
         raise click.BadParameter(
-            f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(METHODS)} or all",
-            ctx, param,
+            f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(METHODS)} or all"
+            + _suggestion(unknown, METHODS), ctx, param,
         ) from None
 
 
@@ -136,11 +136,30 @@ def parse_comma_list(choices):
         unknown = [n for n in names if n not in choices]
         if unknown or not names:
             raise click.BadParameter(
-                f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(choices)}", ctx, param
+                f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(choices)}"
+                + _suggestion(unknown, choices), ctx, param
             )
         return names
 
     return parse
+
+
+def _suggestion(unknown: list[str], choices) -> str:
+    hint = did_you_mean(unknown[0], choices) if unknown else ""
+    return f" ({hint})" if hint else ""
+
+
+class Choice(click.Choice):
+    """:class:`click.Choice` whose error adds "did you mean" for a close choice."""
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as error:
+            hint = did_you_mean(value, self.choices) if isinstance(value, str) else ""
+            if not hint:
+                raise
+            self.fail(f"{error.message.rstrip('.')} ({hint})", param, ctx)
 
 
 def complete_comma_list(choices, extra: tuple[str, ...] = ()):
@@ -195,6 +214,9 @@ def _parse_size(ctx, param, value):
     parts = value.lower().split("x")
     if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
         raise click.BadParameter(f"{value!r} is not HxW, e.g. 224x224", ctx, param)
+    if max(int(part) for part in parts) > MAX_SIDE:
+        raise click.BadParameter(f"{value!r} is above the upper bound of {MAX_SIDE} pixels a "
+                                 "side", ctx, param)
     return int(parts[0]), int(parts[1])
 
 
@@ -217,7 +239,7 @@ def model_options(function):
                           "files you trust."),
         click.option("--custom-objects", metavar="FILE_OR_MODULE",
                      help="Python file or module defining the model's custom Keras classes."),
-        click.option("--preprocess", type=click.Choice(PREPROCESS_MODES), default=None,
+        click.option("--preprocess", type=Choice(PREPROCESS_MODES), default=None,
                      help="Pixel preprocessing. Default: the keras:NAME model's own, else 'none' "
                           "(raw 0-255 pixels, for models with a Rescaling layer inside)."),
         click.option("--labels", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -225,7 +247,7 @@ def model_options(function):
         field_option("size", "--size", callback=_parse_size, metavar="HxW",
                      help="Input size for models with free spatial dimensions "
                           "(default: each image's own size)."),
-        field_option("resize", "--resize", type=click.Choice(RESIZE_MODES),
+        field_option("resize", "--resize", type=Choice(RESIZE_MODES),
                      help="How an image is fitted to the model's input size: stretch, "
                           "crop (centre, keeps aspect) or pad (letterbox, keeps aspect)."),
         debug_option,
@@ -238,7 +260,7 @@ def model_options(function):
 debug_option = click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 
 batch_size_option = field_option(
-    "batch_size", "--batch-size", type=click.IntRange(min=1),
+    "batch_size", "--batch-size", type=click.IntRange(1, MAX_BATCH_SIZE),
     help="Images per engine pass; bounds memory.")
 
 #: The model-loading options, by the keyword of guidedbp.load_model they set.

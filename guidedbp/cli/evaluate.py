@@ -16,6 +16,7 @@ from guidedbp.checks.faithfulness import (
     BLUR_SIGMA,
     DEFAULT_STEPS,
     GAMES,
+    MAX_STEPS,
     deletion_insertion,
     join,
 )
@@ -34,6 +35,8 @@ from guidedbp.cli.evaluate_output import check_figure_targets, format_table, wri
 from guidedbp.engine.methods import METHODS, REGISTRY
 
 TOLERANCE = 15  # pixels, as in Zhang et al. (2016)
+#: Synthetic shapes at most (--shapes): each is drawn, held and explained.
+MAX_SHAPES = 10000
 # Methods evaluated by default: all but those of many passes per image (integrated
 # gradients, Score-CAM, occlusion), which make it slow (ask for them with --method).
 DEFAULT_METHODS = tuple(m.name for m in REGISTRY.values()
@@ -50,7 +53,7 @@ METRICS = (*MASK_METRICS, *GAMES)
 @click.option("--masks", type=click.Path(exists=True, file_okay=False), default=None,
               help="Folder of mask PNGs (white = object) matching IMAGES by relative path "
                    "and stem.")
-@click.option("--shapes", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("--shapes", type=click.IntRange(1, MAX_SHAPES), default=None, metavar="N",
               help="Evaluate on N synthetic shapes (guidedbp.demo.make_shapes) instead.")
 @click.option("--seed", type=int, default=1000, show_default=True, help="Seed of --shapes.")
 @click.option("--distractors", is_flag=True,
@@ -71,7 +74,8 @@ METRICS = (*MASK_METRICS, *GAMES)
                    "and print its cost per image relative to guided.")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=TOLERANCE,
               show_default=True, help="Pointing-game tolerance in pixels.")
-@click.option("--steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True,
+@click.option("--steps", type=click.IntRange(1, MAX_STEPS), default=DEFAULT_STEPS,
+              show_default=True,
               help="Deletion/insertion: steps per curve; step i perturbs the top i/steps of "
                    "the pixels.")
 @click.option("--baseline", type=click.Choice(BASELINES), default=BASELINES[0],
@@ -131,6 +135,9 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
         from guidedbp.plot import require_matplotlib
 
         require_matplotlib()  # before the model loads
+    from guidedbp.models.loading import check_model_path
+
+    check_model_path(model)  # before TensorFlow is imported: in milliseconds
     import_tensorflow(options["debug"])
     from guidedbp.api import Explainer
     from guidedbp.models.loading import load_model

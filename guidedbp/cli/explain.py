@@ -13,8 +13,9 @@ import time
 
 import click
 
-from guidedbp._text import plural
+from guidedbp._text import one_line, plural
 from guidedbp.cli.common import (
+    Choice,
     GroupedCommand,
     UsageFailure,
     batch_size_option,
@@ -30,10 +31,11 @@ from guidedbp.cli.common import (
     parse_methods,
 )
 from guidedbp.engine.methods import METHODS, REGISTRY
-from guidedbp.engine.options import BASELINES, UPSAMPLING
-from guidedbp.pipeline.options import DEFAULT_OUTPUT, MAX_DPI, MIN_DPI, RunOptions
+from guidedbp.engine.options import BASELINES, MAX_SMOOTH, MAX_STEPS, UPSAMPLING
+from guidedbp.pipeline.options import DEFAULT_OUTPUT, MAX_CLASSES, MAX_DPI, MIN_DPI, RunOptions
+from guidedbp.pipeline.preflight import hidden_phrase
 from guidedbp.plot import FIGURE_FORMATS
-from guidedbp.render import COLORMAPS, MIN_TILE, RENDERS
+from guidedbp.render import COLORMAPS, MAX_TILE, MIN_TILE, RENDERS
 from guidedbp.render.options import OUTPUT_SIZES
 
 #: --help's option groups, by parameter name.
@@ -76,9 +78,12 @@ Exit codes: 0 every input explained (or skipped), 1 some inputs failed,
 report it), 130 interrupted (Ctrl-C stops at once; what was written is whole).
 
 \b
-Outputs go under OUT at each input's path as you named it (photos/a/cat.jpg gives
-OUT/photos/a/cat.jpg.*, whatever else the run names; '..' becomes %2E%2E and an
-absolute path outside this folder starts with %2F, so all stays inside OUT):
+Each INPUT's outputs go under OUT at its own last path component, whatever else
+the run names: a file under its name (../cat.jpg gives OUT/cat.jpg.*), a folder
+under its name and the path below it (/data/photos gives OUT/photos/a/cat.jpg.*;
+'.' and '..' add no name), a glob likewise from its folder part before the first
+wildcard. Two INPUTs that would share a name are refused. Hidden files and folders
+(names starting with '.') inside folders are skipped and counted:
   PATH[.CLASS].METHOD.RENDER.png  one per render (CLASS with --class/--top-k)
   PATH[.CLASS].panel.png          with several methods and --render panel
   PATH[.CLASS].METHOD.npy         with --raw: float32 map at model resolution
@@ -99,15 +104,16 @@ file it did not write.""")
               help="Layer of the class activation maps (gradcam, gradcam++, layercam, "
                    "scorecam and their guided versions). Default: the last 4-D layer before "
                    "pooling, inside nested models too.")
-@field_option("upsample", "--upsample", type=click.Choice(UPSAMPLING),
+@field_option("upsample", "--upsample", type=Choice(UPSAMPLING),
               help="Grad-CAM upsampling to the input size.")
-@field_option("smooth", "--smooth", type=click.IntRange(min=0), metavar="N",
+@field_option("smooth", "--smooth", type=click.IntRange(0, MAX_SMOOTH), metavar="N",
               help="SmoothGrad: average each method over N noisy copies (0: off).")
 @field_option("noise", "--noise", type=click.FloatRange(min=0),
               help="SmoothGrad noise, relative to each image's value range.")
 @field_option("seed", "--seed", type=int, help="SmoothGrad noise seed.")
-@field_option("steps", "--steps", type=click.IntRange(min=1), help="Integrated-gradients steps.")
-@field_option("baseline", "--baseline", type=click.Choice(BASELINES),
+@field_option("steps", "--steps", type=click.IntRange(1, MAX_STEPS),
+              help="Integrated-gradients steps.")
+@field_option("baseline", "--baseline", type=Choice(BASELINES),
               help="Integrated-gradients baseline.")
 @method_flags
 @field_option("renders", "--render", metavar="LIST", callback=parse_comma_list(RENDERS),
@@ -115,13 +121,13 @@ file it did not write.""")
               help=f"Comma list of renders: {', '.join(RENDERS)}.")
 @field_option("classes", "--class", multiple=True, metavar="CLASS",
               help="Class to explain, by index or name (repeatable). Default: the top-1 class.")
-@field_option("top_k", "--top-k", type=click.IntRange(min=1),
+@field_option("top_k", "--top-k", type=click.IntRange(1, MAX_CLASSES),
               help="Explain the K most probable classes of each image.")
-@field_option("output_size", "--output-size", type=click.Choice(OUTPUT_SIZES),
+@field_option("output_size", "--output-size", type=Choice(OUTPUT_SIZES),
               help="Write maps at the image's size or the model's input size.")
 @field_option("raw", "--raw", is_flag=True,
               help="Also save the float32 map (model resolution) as .npy.")
-@field_option("figure", "--figure", type=click.Choice(FIGURE_FORMATS),
+@field_option("figure", "--figure", type=Choice(FIGURE_FORMATS),
               help="Also draw each explanation as a figure (the picture, then each method "
                    "with a colorbar): vector PDF or SVG, or PNG. Needs matplotlib: "
                    "pip install 'matplotlib>=3.8' (the plot extra).")
@@ -130,13 +136,13 @@ file it did not write.""")
 @field_option("report", "--report/--no-report",
               help="Write OUT/index.html to browse the run (not with --shard: run "
                    "guidedbp report OUT after merge-manifests).")
-@field_option("cmap", "--cmap", type=click.Choice(COLORMAPS),
+@field_option("cmap", "--cmap", type=Choice(COLORMAPS),
               help="Colormap for heatmap and overlay.")
 @field_option("clip", "--clip", type=click.FloatRange(0, 100, min_open=True),
               help="Magnitude percentile shown as full intensity.")
 @field_option("alpha", "--alpha", type=click.FloatRange(0, 1),
               help="Heatmap weight in the overlay.")
-@field_option("tile", "--tile", type=click.IntRange(min=MIN_TILE), metavar="PX",
+@field_option("tile", "--tile", type=click.IntRange(MIN_TILE, MAX_TILE), metavar="PX",
               help="Panels: pixels on the longer side of each picture (small images are "
                    "enlarged, nearest-neighbour; large ones reduced).")
 @batch_size_option
@@ -150,7 +156,7 @@ file it did not write.""")
               help="Explain only shard K of N (K from 0, e.g. $SLURM_ARRAY_TASK_ID/"
                    "$SLURM_ARRAY_TASK_COUNT), chosen by a stable hash of each input's path; "
                    "writes manifest-K-of-N.jsonl. Join with guidedbp merge-manifests OUT.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local",
+@click.option("--engine", type=Choice(["local", "ray"]), default="local",
               show_default=True,
               help="local: this process. ray: a Ray Data pipeline, decode tasks and "
                    "--workers explainer actors (pip install 'ray[data]>=2.9', the ray extra).")
@@ -193,18 +199,20 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
                           cpus_per_worker=options["cpus_per_worker"],
                           gpus_per_worker=options["num_gpus_per_worker"])
     run_options = RunOptions.of(**{name: options[name] for name in RunOptions().flat()})
+    from guidedbp.pipeline.preflight import NoImagesError, check_run
+
+    try:  # what needs no TensorFlow is checked before it is imported: in milliseconds
+        checked = check_run(model, inputs, options["output"], options=run_options,
+                            runner=options["engine"])
+    except (NoImagesError, InputError) as error:
+        raise UsageFailure(one_line(error)) from None
     import_tensorflow(options["debug"])
-    from guidedbp.pipeline.run import NoImagesError, explain_files
+    from guidedbp.pipeline.run import explain_files
 
     progress = Progress() if _show_progress(options["quiet"]) else None
-    try:
-        summary = explain_files(model, inputs, options["output"], options=run_options,
-                                load=load_options(options), runner=options["engine"],
-                                cluster=cluster, progress=progress)
-    except NoImagesError as error:
-        raise UsageFailure(str(error)) from None
-    except InputError as error:
-        raise click.BadParameter(str(error), param_hint="INPUT") from None
+    summary = explain_files(model, checked, options["output"], options=run_options,
+                            load=load_options(options), runner=options["engine"],
+                            cluster=cluster, progress=progress)
     if progress is not None:
         progress.close()
     print_summary(summary, quiet=options["quiet"])
@@ -227,6 +235,8 @@ def print_summary(summary, quiet: bool = False) -> None:
             parts.append(f"{len(summary.failures)} failed")
         if summary.passed_over:
             parts.append(f"{plural(summary.passed_over, 'other file')} passed over")
+        if summary.hidden:
+            parts.append(f"{hidden_phrase(summary.hidden)} skipped")
         state = "interrupted: " if summary.interrupted else ""
         written = f"maps, {summary.manifest} and {os.path.basename(summary.report)}" \
             if summary.report else f"maps and {summary.manifest}"

@@ -16,17 +16,28 @@ from guidedbp.cli.common import (
     model_options,
 )
 
+#: Class names listed in full up to this many; beyond, the first and last CLASS_ENDS.
+CLASS_LINES = 20
+CLASS_ENDS = 5
+
 
 @click.command("inspect")
 @click.argument("model")
 @model_options
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object instead of text (it holds every class name).")
+@click.option("--classes", "all_classes", is_flag=True,
+              help=f"List every class name (by default, more than {CLASS_LINES} are "
+                   f"summarised: their count, the first and the last {CLASS_ENDS}).")
 @errors_handled
-def inspect_command(model: str, as_json: bool, **options) -> None:
+def inspect_command(model: str, as_json: bool, all_classes: bool, **options) -> None:
     """Show how guidedbp sees MODEL: input, classes, head, preprocessing, guided ops.
 
     Exit codes: 0 success, 2 when the model cannot be loaded.
     """
+    from guidedbp.models.loading import check_model_path
+
+    check_model_path(model)  # before TensorFlow is imported: in milliseconds
     import_tensorflow(options["debug"])
     # Keras prints download progress to stdout; stdout is for the description alone.
     with contextlib.redirect_stdout(sys.stderr):
@@ -34,7 +45,7 @@ def inspect_command(model: str, as_json: bool, **options) -> None:
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
-    click.echo(format_description(info))
+    click.echo(format_description(info, all_classes=all_classes))
 
 
 def describe(spec: str, options: dict) -> dict:
@@ -81,7 +92,9 @@ def describe(spec: str, options: dict) -> dict:
     }
 
 
-def format_description(info: dict) -> str:
+def format_description(info: dict, all_classes: bool = False) -> str:
+    """The text description; more than ``CLASS_LINES`` class names are summarised unless
+    ``all_classes``."""
     def shape(dims):
         return "x".join("?" if d is None else str(d) for d in dims)
 
@@ -101,7 +114,14 @@ def format_description(info: dict) -> str:
     ]
     lines += [("note", note) for note in info["notes"]]
     text = "\n".join(f"{key:<11} {value}" for key, value in lines)
-    if info["labels"]:
-        names = "\n".join(f"  {index:>4}  {name}" for index, name in enumerate(info["labels"]))
-        text += "\nclass names:\n" + names
+    labels = info["labels"]
+    if labels:
+        rows = [f"  {index:>4}  {name}" for index, name in enumerate(labels)]
+        if all_classes or len(rows) <= CLASS_LINES:
+            text += "\nclass names:\n" + "\n".join(rows)
+        else:
+            skipped = len(rows) - 2 * CLASS_ENDS
+            text += (f"\nclass names ({len(rows)}; --classes lists them all):\n"
+                     + "\n".join([*rows[:CLASS_ENDS], f"  ... {skipped} more ...",
+                                   *rows[-CLASS_ENDS:]]))
     return text

@@ -17,9 +17,11 @@ def merge_command(output: str) -> None:
     Records keep the order of the shards (K ascending), then of their lines.
     Refuses (exit 2, one line naming the file and line) when a shard is missing or
     not a regular file, shards of different N are mixed, a name says N = 0 or K >= N,
-    a line is not a UTF-8 JSON object with an "input", or an input appears in two
-    shards. Every shard is checked before OUT/manifest.jsonl is replaced, so a refused
-    merge leaves it as it was; the shard manifests are always left in place.
+    a line is not a UTF-8 JSON object with an "input", an input appears in two
+    shards, or OUT/manifest.jsonl is a file guidedbp did not write or a link (as
+    explain refuses it). N counts only as far as the shard files there are. Every
+    shard is checked before OUT/manifest.jsonl is replaced, whole, by a rename, so a
+    refused merge leaves it as it was; the shard manifests are always left in place.
 
     Then OUT/index.html, the page that browses the run (see `guidedbp report`), is
     rebuilt from the merged manifest; should that be refused (an index.html guidedbp

@@ -5,6 +5,11 @@ with seed :data:`SAMPLES_SEED` goes to ``shapes/<class>_0.png``, and its object 
 (mode ``L``, 0 or 255) to ``masks/shapes/<class>_0.png``: the same path under
 ``masks/``, so a tool can pair each image with its mask.
 
+The six shapes also ship inside the package, in :data:`PACKAGED_SAMPLES`
+(``guidedbp/demo/data/samples/``), so that ``guidedbp demo`` runs from a ``pip install``
+alone. The command writes that copy too when it writes the default ``sample_images/``,
+and a test checks that the two hold the same bytes.
+
 Photographs: with ``--skimage-wheel``, three of scikit-image's bundled photographs are
 read from its wheel (``pip download --no-deps scikit-image``; the wheel is a zip file and
 is not installed), shrunk so the longer side is at most 512 px, and saved as JPEG
@@ -41,6 +46,18 @@ PHOTO_MAX_SIDE = 512
 PHOTO_QUALITY = 90
 
 DEFAULT_ROOT = Path("sample_images")
+
+#: The sample shapes the package carries (the wheel too): what ``guidedbp demo`` explains.
+PACKAGED_SAMPLES = Path(__file__).with_name("data") / "samples"
+
+
+def packaged_samples() -> list[Path]:
+    """The shape images shipped in :data:`PACKAGED_SAMPLES`, sorted by name.
+
+    >>> [path.name for path in packaged_samples()][:2]
+    ['circle_0.png', 'cross_0.png']
+    """
+    return sorted(PACKAGED_SAMPLES.glob("*.png"))
 
 
 def write_shapes(root: Path, seed: int = SAMPLES_SEED, per_class: int = 1) -> list[Path]:
@@ -105,6 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for path in write_shapes(args.root, args.seed):
         print(path)
+        if args.root == DEFAULT_ROOT and args.seed == SAMPLES_SEED:
+            packaged = PACKAGED_SAMPLES / path.name  # the copy the package (and wheel) ships
+            packaged.write_bytes(path.read_bytes())
+            print(packaged)
     if args.skimage_wheel is not None:
         for path in write_photos(args.root, args.skimage_wheel):
             print(path)

@@ -42,24 +42,48 @@ def smoothgrad(
         method -> float32 mean maps, ``(N, ...)``.
     """
     result: dict[str, np.ndarray] = {}
-    per_group = max(1, chunk // samples)
+
+    def keep(start: int, means: dict[str, np.ndarray]) -> None:
+        for name, mean in means.items():
+            if name not in result:
+                result[name] = np.empty((len(images), *mean.shape[1:]), np.float32)
+            result[name][start : start + len(mean)] = mean
+
+    if samples > chunk:  # one image at a time, its copies a batch at a time: memory does
+        for index, image in enumerate(images):  # not grow with the number of copies
+            keep(index, _chunked_mean(maps_for, image, targets[index], samples, noise, seed,
+                                      index, chunk))
+        return result
+    per_group = chunk // samples
     for start in range(0, len(images), per_group):
         group = images[start : start + per_group]
-        copies = np.concatenate([_noisy(image, samples, noise, seed, start + offset)
+        copies = np.concatenate([_noisy(np.random.default_rng([seed, start + offset]), image,
+                                        samples, noise)
                                  for offset, image in enumerate(group)])
         by_method = maps_for(copies, np.repeat(targets[start : start + per_group], samples))
-        for name, maps in by_method.items():
-            if name not in result:
-                result[name] = np.empty((len(images), *maps.shape[1:]), np.float32)
-            result[name][start : start + len(group)] = maps.reshape(
-                len(group), samples, *maps.shape[1:]
-            ).mean(axis=1, dtype=np.float64)
+        keep(start, {name: maps.reshape(len(group), samples, *maps.shape[1:])
+                     .mean(axis=1, dtype=np.float64) for name, maps in by_method.items()})
     return result
 
 
-def _noisy(image: np.ndarray, samples: int, noise: float, seed: int, index: int) -> np.ndarray:
-    sigma = noise * float(image.max() - image.min())
+def _chunked_mean(maps_for: MethodMapsFunction, image: np.ndarray, target, samples: int,
+                  noise: float, seed: int, index: int, chunk: int) -> dict[str, np.ndarray]:
+    """One image's mean maps over ``samples`` noisy copies, made ``chunk`` at a time from
+    the image's one noise stream (so the same copies as made all at once)."""
     rng = np.random.default_rng([seed, index])
+    totals: dict[str, np.ndarray] = {}
+    for start in range(0, samples, chunk):
+        count = min(chunk, samples - start)
+        copies = _noisy(rng, image, count, noise)
+        for name, maps in maps_for(copies, np.full(count, target, np.int32)).items():
+            total = maps.sum(axis=0, dtype=np.float64)
+            totals[name] = total if name not in totals else totals[name] + total
+    return {name: (total / samples)[None] for name, total in totals.items()}
+
+
+def _noisy(rng: np.random.Generator, image: np.ndarray, samples: int, noise: float
+           ) -> np.ndarray:
+    sigma = noise * float(image.max() - image.min())
     return (image[None] + rng.normal(0.0, sigma, (samples, *image.shape))).astype(np.float32)
 
 

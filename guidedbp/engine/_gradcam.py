@@ -12,6 +12,7 @@ import re
 
 import tensorflow as tf
 
+from guidedbp._text import did_you_mean, some_of
 from guidedbp.errors import ArgumentError
 
 
@@ -29,7 +30,8 @@ def layer_path(model, name: str) -> list[str] | None:
     return None
 
 
-def feature_map_by_name(forward_ops: list[tf.Operation], path: list[str]) -> tf.Tensor:
+def feature_map_by_name(forward_ops: list[tf.Operation], path: list[str],
+                        model=None) -> tf.Tensor:
     """The output of the layer whose name scope matches ``path``.
 
     Keras opens a name scope per layer call; TensorFlow may suffix it (``conv``
@@ -37,7 +39,8 @@ def feature_map_by_name(forward_ops: list[tf.Operation], path: list[str]) -> tf.
     in its scope.
 
     Raises:
-        ValueError: No scope matches, or the layer's output is not ``(N, h, w, k)``.
+        ValueError: No scope matches, or the layer's output is not ``(N, h, w, k)``;
+            the message lists the layers that have one (:func:`feature_layers`).
     """
     best = None
     for op in forward_ops:
@@ -46,15 +49,61 @@ def feature_map_by_name(forward_ops: list[tf.Operation], path: list[str]) -> tf.
         if match is not None and op.outputs and op.outputs[0].dtype.is_floating:
             if best is None or match <= best[0]:
                 best = (match, op)
+    name = "/".join(path)
     if best is None:
-        raise ArgumentError(f"no layer named {'/'.join(path)!r} in the model's graph")
+        layers = feature_layers(model, forward_ops)
+        hint = did_you_mean(name, layers)
+        raise ArgumentError(f"no layer named {name!r} in the model's graph"
+                            + (f" ({hint})" if hint else "") + _listed(layers))
     tensor = best[1].outputs[0]
     if tensor.shape.rank != 4:
         raise ArgumentError(
-            f"layer {'/'.join(path)!r} outputs shape {tensor.shape}; a class activation map "
-            "needs a (batch, height, width, channels) feature map"
+            f"layer {name!r} outputs shape {tensor.shape}; a class activation map needs a "
+            "(batch, height, width, channels) feature map"
+            + _listed(feature_layers(model, forward_ops))
         )
     return tensor
+
+
+def _listed(layers: list[str]) -> str:
+    if not layers:
+        return "; the model has no layer with a 4-D output"
+    return f"; layers with a 4-D output: {some_of(layers, limit=10, last=True)}"
+
+
+def feature_layers(model, forward_ops: list[tf.Operation]) -> list[str]:
+    """The names a class activation map's layer may take, in forward order: the Keras
+    layers with a 4-D output (inside nested models too), else (a SavedModel) the name
+    scopes of the graph's 4-D outputs that depend on the images."""
+    names: list[str] = []
+
+    def walk(owner) -> None:
+        for layer in getattr(owner, "layers", None) or []:
+            if hasattr(layer, "layers"):
+                walk(layer)
+            elif type(layer).__name__ != "InputLayer" and _rank(layer) == 4:
+                names.append(layer.name)
+
+    walk(model)
+    if names:
+        return list(dict.fromkeys(names))
+    images = [op for op in forward_ops if op.type == "Placeholder" and op.outputs
+              and op.outputs[0].shape.rank == 4]
+    depends = _depends_on(images[0].outputs[0]) if images else set()
+    for op in forward_ops:
+        output = op.outputs[0] if op.outputs else None
+        scopes = op.name.split("/")[:-1]
+        if (op.name in depends and op is not images[0] and scopes and output is not None
+                and output.shape.rank == 4 and output.dtype.is_floating):
+            names.append(scopes[-1])
+    return list(dict.fromkeys(names))
+
+
+def _rank(layer) -> int | None:
+    try:
+        return len(layer.output.shape)
+    except (AttributeError, ValueError, TypeError):  # a layer never called, or called twice
+        return None
 
 
 def _match_scopes(scopes: list[str], path: list[str]) -> int | None:

@@ -7,6 +7,9 @@ graph: it reads the ops the trace created and never touches the Keras model.
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import tensorflow as tf
@@ -40,6 +43,13 @@ DECONVNET_GRADIENT = "guidedbp/DeconvnetRelu"
 
 _registered = False
 
+# The ReLU rule of the tf.gradients call in progress ("plain", "guided", "deconvnet").
+# ReLUs inside control-flow functions (a SavedModel's tf.cond branches and tf.while_loop
+# bodies) are rebuilt from their definitions at every tf.gradients call, out of reach of
+# set_gradient: they carry the guided gradient's name, which follows this rule.
+_rule_in_functions: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "guidedbp_rule_in_functions", default="guided")
+
 
 def threshold(grad: tf.Tensor) -> tf.Tensor:
     """The ``grad_ys`` thresholding: drop negative partial derivatives."""
@@ -56,7 +66,10 @@ def relu_backward(op_type: str, grad: tf.Tensor, output: tf.Tensor) -> tf.Tensor
 def _guided_gradient(op: tf.Operation, grad: tf.Tensor) -> tf.Tensor:
     # Threshold the arriving gradient, then send it down through the op's own
     # gradient: exactly what the grad_ys formulation does, inside one pass.
-    return relu_backward(op.type, threshold(grad), op.outputs[0])
+    rule = _rule_in_functions.get()  # not "guided" only for ReLUs inside functions
+    if rule == "deconvnet":
+        return _deconvnet_gradient(op, grad)
+    return relu_backward(op.type, grad if rule == "plain" else threshold(grad), op.outputs[0])
 
 
 def _deconvnet_gradient(op: tf.Operation, grad: tf.Tensor) -> tf.Tensor:
@@ -88,6 +101,55 @@ def set_gradient(ops: list[tf.Operation], gradient: str | None) -> None:
             op._clear_attr("_gradient_op_type")
         else:
             op._set_attr("_gradient_op_type", attr_value_pb2.AttrValue(s=gradient.encode()))
+
+
+@contextlib.contextmanager
+def rule_in_functions(rule: str) -> Iterator[None]:
+    """Within: ReLUs inside control-flow functions follow ``rule`` (see set_gradient)."""
+    token = _rule_in_functions.set(rule)
+    try:
+        yield
+    finally:
+        _rule_in_functions.reset(token)
+
+
+# Op types whose attributes name functions that they run.
+_CALLS_FUNCTIONS = frozenset(("If", "StatelessIf", "While", "StatelessWhile", "Case",
+                              "StatelessCase", "PartitionedCall", "StatefulPartitionedCall"))
+
+
+def function_ops(ops: list[tf.Operation]) -> list:
+    """The nodes (``NodeDef``) of every function that ``ops`` call (the branches of ``If``,
+    the bodies of ``While``, and the functions those call), each function once."""
+    graph = ops[0].graph if ops else None
+    seen, pending, nodes = set(), [], []
+    for op in ops:
+        if op.type in _CALLS_FUNCTIONS:
+            pending.extend(_called(op.node_def))
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        function = graph._get_function(name)
+        definition = (getattr(function, "cached_definition", None)  # a tf.function's
+                      or getattr(function, "definition", None))  # a tf.compat.v1 Defun's
+        if definition is None:
+            continue
+        for node in definition.node_def:
+            nodes.append(node)
+            pending.extend(_called(node))
+    return nodes
+
+
+def _called(node_def) -> list[str]:
+    """The function names a node's attributes hold (``then_branch``, ``body``, ``f``...)."""
+    names = []
+    for value in node_def.attr.values():
+        if value.HasField("func"):
+            names.append(value.func.name)
+        names.extend(func.name for func in value.list.func)
+    return names
 
 
 def find_logits(output: tf.Tensor) -> tuple[tf.Tensor, str | None, tf.Operation | None]:
@@ -207,15 +269,21 @@ def format_counts(counts: dict[str, int]) -> str:
 
 
 def census(
-    ops: list[tf.Operation], guided: list[tf.Operation], excluded: list[tf.Operation], head_op
+    ops: list[tf.Operation], guided: list[tf.Operation], excluded: list[tf.Operation], head_op,
+    function_nodes: list = (),
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """Count guided ops by type and plain activations by type."""
+    """Count guided ops by type and plain activations by type, inside the functions
+    that ``ops`` call too (``function_nodes``, :func:`function_ops`)."""
     guided_counts = collections.Counter(op.type for op in guided)
+    guided_counts.update(node.op for node in function_nodes if node.op in RELU_OPS
+                         and node.attr["_gradient_op_type"].s == GUIDED_GRADIENT.encode())
     plain = collections.Counter(
         PLAIN_ACTIVATION_OPS[op.type]
         for op in ops
         if op.type in PLAIN_ACTIVATION_OPS and op is not head_op
     )
+    plain.update(PLAIN_ACTIVATION_OPS[node.op] for node in function_nodes
+                 if node.op in PLAIN_ACTIVATION_OPS)
     negative_parts = sum(1 for op in excluded if op.inputs[0].op.type == "Neg")
     if negative_parts:
         plain["PReLU"] += negative_parts

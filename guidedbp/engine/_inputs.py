@@ -88,3 +88,42 @@ def build_if_needed(model, image_shape: tuple) -> None:
     """Build a model that has not been called yet (a subclassed model)."""
     if not getattr(model, "built", True):
         model(np.zeros((1, *image_shape), np.float32), training=False)
+
+
+def available_memory() -> int | None:
+    """Bytes the system can still give this process without swapping (Linux'
+    ``MemAvailable``); ``None`` where it is not known."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(batch: int, image_shape: tuple, maps: int) -> None:
+    """Refuse, before it starts, a pass whose images and maps alone cannot fit in the free
+    memory: ``batch`` images of ``image_shape``, their gradients and ``maps`` maps each
+    (the model's activations come on top).
+
+    Raises:
+        ArgumentError: Naming the sizes and a ``batch_size`` that would fit.
+    """
+    per_image = int(np.prod(image_shape)) * 4 * (2 + maps)
+    free = available_memory()
+    if free is None or batch * per_image <= free:
+        return
+    fits = free // per_image
+    advice = (f"try batch_size={fits}" if fits >= 1 else
+              "use smaller images (size=) or fewer classes and methods")
+    raise ArgumentError(
+        f"batch_size={batch}: a pass over {batch} images of "
+        f"{'x'.join(str(side) for side in image_shape)} needs at least "
+        f"{_size(batch * per_image)} for its images and maps alone, and {_size(free)} are "
+        f"free: {advice}")
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.2f} MiB"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from guidedbp.engine.options import MethodOptions
+from guidedbp.engine.options import MAX_OCCLUSION_POSITIONS, MethodOptions
 from guidedbp.errors import ArgumentError
 
 #: float32 ``(B, H, W, C)`` copies -> float32 ``(B, classes)`` class scores (the logits).
@@ -203,7 +203,8 @@ def occlusion_geometry(height: int, width: int, patch: int | None, stride: int |
     (56, 38)
 
     Raises:
-        ArgumentError: The patch is larger than the images, or the stride than the patch.
+        ArgumentError: The patch is larger than the images, the stride than the patch, or
+            they give more than :data:`MAX_OCCLUSION_POSITIONS` positions.
     """
     if patch is None:
         patch = max(1, min(height, width) // 4)
@@ -216,6 +217,12 @@ def occlusion_geometry(height: int, width: int, patch: int | None, stride: int |
             f"stride={stride} must not exceed patch={patch}: pixels between patches would get "
             "no value"
         )
+    positions = len(_starts(height, patch, stride)) * len(_starts(width, patch, stride))
+    if positions > MAX_OCCLUSION_POSITIONS:
+        raise ArgumentError(
+            f"patch={patch}, stride={stride} place the patch at {positions} positions on "
+            f"{height}x{width} images, one forward pass each: above the upper bound of "
+            f"{MAX_OCCLUSION_POSITIONS} (choose a larger patch or stride)")
     return patch, stride
 
 

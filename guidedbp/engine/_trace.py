@@ -4,10 +4,12 @@ The forward pass runs under the graph's ``gradient_override_map``, which points
 every ReLU-family op at the guided gradient. Each ReLU rule the requested methods
 need (plain, guided, deconvnet) then gets one ``tf.gradients`` call from the same
 forward pass: the rule is set on the ReLU ops just before its call and put back in
-``finally``. The plain call also yields the feature-map gradient of the class
-activation maps (Grad-CAM, Grad-CAM++, LayerCAM), so ``vanilla,gradcam`` costs one
-forward and one backward pass, and ``guided,vanilla,gradcam,guided-gradcam`` one
-forward and two backward passes.
+``finally``. ReLUs inside a SavedModel's ``tf.cond`` branches and ``tf.while_loop``
+bodies, rebuilt from their definitions by each call, follow the call's rule through
+:func:`~guidedbp.engine._graph.rule_in_functions`. The plain call also yields the
+feature-map gradient of the class activation maps (Grad-CAM, Grad-CAM++, LayerCAM), so
+``vanilla,gradcam`` costs one forward and one backward pass, and
+``guided,vanilla,gradcam,guided-gradcam`` one forward and two backward passes.
 
 Perturbation methods (Score-CAM, occlusion) take no part in the backward passes: the
 explainer runs them afterwards through :func:`predict`, a forward pass with no
@@ -104,11 +106,13 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
     excluded_names = {op.name for op in excluded}
     _graph.set_gradient(excluded, None)  # PReLU parts keep their plain gradient, always
     guided = [op for op in relus if op.name not in excluded_names]
-    guided_counts, plain = _graph.census(forward_ops, guided, excluded, head_op)
+    guided_counts, plain = _graph.census(forward_ops, guided, excluded, head_op,
+                                         _graph.function_ops(forward_ops))
     _check_logits(logits, output)
     feature_map = None
     if needs_cam or features:
-        feature_map = (_gradcam.feature_map_by_name(forward_ops, layer_path) if layer_path
+        feature_map = (_gradcam.feature_map_by_name(forward_ops, layer_path, model)
+                       if layer_path
                        else _gradcam.default_feature_map(logits, images))
     scores, probabilities = _graph.class_scores(logits, output, head)
     report = _graph.Report(
@@ -139,7 +143,8 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
                 wanted = [images] if rule in rules else []
                 if rule == "plain" and needs_cam:
                     wanted.append(feature_map)
-                gradients = tf.gradients(score, wanted, unconnected_gradients="zero")
+                with _graph.rule_in_functions(rule):
+                    gradients = tf.gradients(score, wanted, unconnected_gradients="zero")
                 if rule in rules:
                     input_gradients[rule] = tf.cast(gradients[0], tf.float32)
                 if rule == "plain" and needs_cam:

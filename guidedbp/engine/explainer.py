@@ -28,7 +28,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import tensorflow as tf
 
-from guidedbp.engine import _averaging, _gradcam, _graph, _inputs, _perturbation, _trace
+from guidedbp.caveats import Caveat
+from guidedbp.engine import _averaging, _caveats, _gradcam, _graph, _inputs, _perturbation, _trace
 from guidedbp.engine import methods as registry
 from guidedbp.engine.options import UPSAMPLING, MethodOptions
 from guidedbp.errors import ArgumentError
@@ -56,6 +57,11 @@ class Explanation:
             (softmax of the logits when the model ends in logits).
         class_probabilities: float32 ``(N, classes)`` every class's probability, for
             ranking (top-k).
+        caveats: Per image, the :class:`~guidedbp.caveats.Caveat` items that make its
+            maps less meaningful (no guided activation, a negligible map, a capped
+            Score-CAM, and those the explainer was given for its model, such as random
+            weights); ``()`` when none were looked for. :meth:`caveats_of` reads one
+            image's.
     """
 
     by_method: dict
@@ -63,6 +69,11 @@ class Explanation:
     logits: np.ndarray
     probabilities: np.ndarray
     class_probabilities: np.ndarray
+    caveats: tuple[tuple[Caveat, ...], ...] = ()
+
+    def caveats_of(self, index: int) -> tuple[Caveat, ...]:
+        """The caveats of image ``index`` (empty when there are none)."""
+        return self.caveats[index] if self.caveats else ()
 
     @property
     def maps(self) -> np.ndarray:
@@ -118,6 +129,9 @@ class Explainer:
         **fields: Method options by their flat names (``layer``, ``upsample``,
             ``smooth``, ``noise``, ``seed``, ``steps``, ``baseline``, ``max_channels``,
             ``patch``, ``stride``, ``fill``), replacing those of ``options``.
+        caveats: :class:`~guidedbp.caveats.Caveat` items that hold for every map of
+            this model (random weights, unscaled input), put first in each image's
+            :attr:`Explanation.caveats`; the engine adds those it finds itself.
 
     Raises:
         ValueError: For an unknown method or a bad argument.
@@ -141,9 +155,13 @@ class Explainer:
         *,
         options: MethodOptions | None = None,
         pixel_to_input: Callable[[np.ndarray], np.ndarray] | None = None,
+        caveats: Sequence[Caveat] = (),
         **fields,
     ):
         self.methods = registry.as_methods(method)
+        if not all(isinstance(caveat, Caveat) for caveat in caveats):
+            raise ArgumentError("caveats must be guidedbp.caveats.Caveat items")
+        self.caveats: tuple[Caveat, ...] = tuple(caveats)
         self.options = MethodOptions.of(options, batch_size=batch_size, **fields)
         layer = self.options.gradcam.layer
         cams = [name for name in registry.METHODS if "gradcam" in registry.method(name).options]
@@ -179,6 +197,7 @@ class Explainer:
         self._predict_functions: dict[tuple, tf.types.experimental.GenericFunction] = {}
         self._reports: dict[tuple, _graph.Report] = {}
         self._warned: set[tuple] = set()
+        self._feature_channels: dict[tuple, int] = {}  # Score-CAM's feature map, per key
         self.trace_count = 0
 
     @property
@@ -220,10 +239,11 @@ class Explainer:
         else:
             clean = self._columns(key, images, targets[:, None])[0]
             if not self._integrated_methods:
-                return clean
+                return self._with_caveats(key, images, clean)
             maps = {**clean.by_method, **self._integrated(key, images, clean.targets)}
-        return Explanation({m: maps[m] for m in self.methods}, clean.targets, clean.logits,
-                           clean.probabilities, clean.class_probabilities)
+        return self._with_caveats(key, images, Explanation(
+            {m: maps[m] for m in self.methods}, clean.targets, clean.logits,
+            clean.probabilities, clean.class_probabilities))
 
     def explain_top_k(self, images, k: int) -> list[Explanation]:
         """Each image's ``k`` most probable classes (fewer if the model has fewer), most
@@ -239,7 +259,8 @@ class Explainer:
         key = self._signature(images.shape[1:])
         k = min(int(k), self._report_for(key).num_classes)
         ranks = np.tile(-np.arange(1, k + 1, dtype=np.int32), (len(images), 1))
-        return self._explain_columns(key, images, ranks)
+        return [self._with_caveats(key, images, explanation)
+                for explanation in self._explain_columns(key, images, ranks)]
 
     def explain_classes(self, images, classes: Sequence[int]) -> list[Explanation]:
         """The same ``classes`` for every image, in that order, from one forward pass:
@@ -251,7 +272,8 @@ class Explainer:
                    for c in classes]
         if not columns:
             raise ArgumentError("classes is empty: expected at least one class")
-        return self._explain_columns(key, images, np.stack(columns, axis=1))
+        return [self._with_caveats(key, images, explanation)
+                for explanation in self._explain_columns(key, images, np.stack(columns, axis=1))]
 
     def _explain_columns(self, key: tuple, images: np.ndarray, targets: np.ndarray
                          ) -> list[Explanation]:
@@ -339,6 +361,8 @@ class Explainer:
         if not self._perturbed:
             return [replace(e, by_method={m: e.by_method[m] for m in computed})
                     for e in run.explanations]
+        if run.features is not None:
+            self._feature_channels[key] = int(run.features.shape[-1])
         chosen = np.stack([e.targets for e in run.explanations], axis=1).astype(np.int32)
         probe = _perturbation.Probe(
             images, chosen, lambda batch: self._scores(key, batch), self.batch_size,
@@ -371,11 +395,28 @@ class Explainer:
         """``methods`` (gradient methods) for one class per image (``targets`` ``(N,)``)."""
         return self._run_columns(methods, key, images, targets[:, None]).explanations[0]
 
+    def check_memory(self, image_shape: tuple, columns: int = 1, methods: tuple = (),
+                     batch: int | None = None) -> None:
+        """Refuse at once a batch whose images and maps alone would not fit in the free
+        memory (``columns`` classes per image, the explainer's methods by default), or
+        an occlusion patch that does not fit the images or takes too many positions.
+
+        Raises:
+            ArgumentError: Naming the sizes and a ``batch_size`` that would fit.
+        """
+        _inputs.check_memory(batch or self.batch_size, tuple(image_shape),
+                             columns * len(methods or self.methods))
+        if "occlusion" in (methods or self.methods):  # its patch fits, and not too often
+            occlusion = self.options.occlusion
+            _perturbation.occlusion_geometry(*image_shape[:2], occlusion.patch, occlusion.stride)
+
     def _run_columns(self, methods: tuple, key: tuple, images: np.ndarray,
                      targets: np.ndarray, features: bool = False) -> _Pass:
         """Gradient ``methods`` for K classes per image (``targets`` ``(N, K)``, ``-r`` the
         r-th most probable), from one forward pass per batch: one Explanation per column,
         and with ``features`` the feature map of the images."""
+        self.check_memory(images.shape[1:], targets.shape[1], methods,
+                          batch=min(len(images), self.batch_size))
         function = self._function(key, methods, targets.shape[1])
         parts = []
         for start in range(0, len(images), self.batch_size):
@@ -411,6 +452,24 @@ class Explainer:
             pixels = np.asarray(self.pixel_to_input(pixels), np.float32)
         pixels = pixels.reshape(-1, channels)
         return pixels[0] if values.ndim == 0 else pixels
+
+    # -- caveats ----------------------------------------------------------------------
+
+    def _with_caveats(self, key: tuple, images: np.ndarray, explanation: Explanation
+                      ) -> Explanation:
+        """``explanation`` with each image's caveats: the model's (given), then those of
+        the traced model, then those of the image's own maps (:mod:`._caveats`). Computed
+        afresh, so applying it twice is harmless."""
+        shared = [*self.caveats, *_caveats.of_model(
+            self.methods, self._report_for(key).guided_ops, self.options.scorecam.max_channels,
+            self._feature_channels.get(key))]
+
+        def span() -> float:
+            black, white = self._black_white(images.shape[-1])
+            return float(np.max(np.abs(white.astype(np.float64) - black)))
+
+        return replace(explanation, caveats=_caveats.of_images(
+            explanation.by_method, len(images), span, shared))
 
     # -- tracing ----------------------------------------------------------------------
 

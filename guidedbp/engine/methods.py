@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from guidedbp._text import did_you_mean
 from guidedbp.errors import ArgumentError
 
 #: ReLU gradient rules, in the order the engine computes them.
@@ -174,7 +175,9 @@ def method(name: str) -> Method:
     try:
         return REGISTRY[name]
     except (KeyError, TypeError):
-        raise ArgumentError(f"method={name!r} is not one of {', '.join(METHODS)}") from None
+        hint = did_you_mean(name, METHODS)
+        raise ArgumentError(f"method={name!r} is not one of {', '.join(METHODS)}"
+                            + (f" ({hint})" if hint else "")) from None
 
 
 def as_methods(methods) -> tuple[str, ...]:

@@ -25,12 +25,23 @@ UPSAMPLING = ("bilinear", "nearest")
 BASELINES = ("black", "white", "blur")
 #: Images (or noisy copies, or path steps) per forward/backward pass.
 DEFAULT_BATCH_SIZE = 16
+#: Upper bounds: each noisy copy, path step or batch image costs time (and a batch costs
+#: memory) in proportion, so a value past these is a typo, refused at once rather than run
+#: for hours. SmoothGrad's paper finds 50 copies enough; integrated gradients' 20-300 steps.
+MAX_BATCH_SIZE = 1024
+MAX_SMOOTH = 1000
+MAX_STEPS = 1000
+#: Occlusion's patch positions per image at most (64 x 64), one forward pass each:
+#: ``patch=1, stride=1`` on a 224x224 image would be 50176.
+MAX_OCCLUSION_POSITIONS = 4096
 
 
-def _positive_int(name: str, value, minimum: int = 1) -> None:
+def _positive_int(name: str, value, minimum: int = 1, maximum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise ArgumentError(f"{name}={value!r} must be {kind}")
+    if maximum is not None and value > maximum:
+        raise ArgumentError(f"{name}={value!r} is above the upper bound of {maximum}")
 
 
 def _optional_positive_int(name: str, value) -> None:
@@ -66,7 +77,8 @@ class SmoothGradOptions:
     """SmoothGrad (Smilkov et al. 2017), on top of any method.
 
     Attributes:
-        smooth: Noisy copies per image; 0 or 1 turns SmoothGrad off.
+        smooth: Noisy copies per image, at most :data:`MAX_SMOOTH`; 0 or 1 turns
+            SmoothGrad off.
         noise: Noise standard deviation, relative to each image's value range.
         seed: Noise seed: same seed, same maps.
     """
@@ -76,7 +88,7 @@ class SmoothGradOptions:
     seed: int = 0
 
     def __post_init__(self):
-        _positive_int("smooth", self.smooth, minimum=0)
+        _positive_int("smooth", self.smooth, minimum=0, maximum=MAX_SMOOTH)
         if isinstance(self.noise, bool) or not isinstance(self.noise, (int, float)) \
                 or not self.noise >= 0:
             raise ArgumentError(f"noise={self.noise!r} must be a number >= 0")
@@ -93,7 +105,7 @@ class IntegratedGradientsOptions:
     """Integrated gradients (Sundararajan et al. 2017).
 
     Attributes:
-        steps: Riemann steps along the path.
+        steps: Riemann steps along the path, at most :data:`MAX_STEPS`.
         baseline: ``"black"``, ``"white"``, ``"blur"`` (see :data:`BASELINES`), or an
             array in the model's input space that broadcasts to the images.
     """
@@ -102,7 +114,7 @@ class IntegratedGradientsOptions:
     baseline: object = "black"
 
     def __post_init__(self):
-        _positive_int("steps", self.steps)
+        _positive_int("steps", self.steps, maximum=MAX_STEPS)
         if isinstance(self.baseline, str) and self.baseline not in BASELINES:
             raise ArgumentError(
                 f"baseline={self.baseline!r} is not one of {', '.join(BASELINES)} or an array"
@@ -142,7 +154,8 @@ class OcclusionOptions:
         patch: The patch's side in pixels; ``None``: a quarter of the images' shorter
             side (56 for 224x224 images).
         stride: How far the patch moves each step, in pixels, at most ``patch``;
-            ``None``: two thirds of the patch, rounded up. 224x224 images with the
+            ``None``: two thirds of the patch, rounded up. The two may place the patch at
+            most :data:`MAX_OCCLUSION_POSITIONS` times on an image. 224x224 images with the
             defaults: 6x6 = 36 positions, one forward pass each (about 17 times guided
             backprop's time on ResNet50).
         fill: The patch's pixel value, 0-255.
@@ -181,7 +194,7 @@ class MethodOptions:
 
     Attributes:
         batch_size: Images (or noisy copies, or path steps) per forward/backward
-            pass; bounds memory.
+            pass, at most :data:`MAX_BATCH_SIZE`; bounds memory.
         gradcam: :class:`GradCamOptions`.
         smoothgrad: :class:`SmoothGradOptions`.
         integrated_gradients: :class:`IntegratedGradientsOptions`.
@@ -198,7 +211,7 @@ class MethodOptions:
     occlusion: OcclusionOptions = field(default_factory=OcclusionOptions)
 
     def __post_init__(self):
-        _positive_int("batch_size", self.batch_size)
+        _positive_int("batch_size", self.batch_size, maximum=MAX_BATCH_SIZE)
 
     @classmethod
     def of(cls, options: MethodOptions | None = None, **fields) -> MethodOptions:

@@ -2,9 +2,11 @@
 
 ``collect_inputs`` expands files, directories (recursive by default) and globs
 into an ordered list of :class:`InputItem`. Each item's output stem follows one
-rule (:func:`output_stem`): the input's path as it was named or found, normalised,
-with its file extension kept, so it depends on nothing but that path and never on
-the other inputs of the run.
+rule (:func:`output_stem`): each INPUT argument maps under its own last path
+component (a file: its name; a folder: its name, then the path below it; a glob:
+its folder part before the first wildcard, likewise), with the file extension
+kept. A stem so depends on its argument alone, never on the other arguments of the
+run; two arguments that would write under the same name are refused.
 """
 
 from __future__ import annotations
@@ -41,14 +43,17 @@ class InputItem:
     Attributes:
         path: The file's path as given or found.
         output_stem: Where its outputs go, relative to OUT (:func:`output_stem`),
-            e.g. ``"photos/a/cat.jpg"``.
+            e.g. ``"photos/a/cat.jpg"`` for ``/data/photos/a/cat.jpg`` found in the
+            folder argument ``/data/photos``.
         root: The folder it was found in: the folder argument, a glob's fixed part,
             or the file's own folder.
+        argument: The INPUT argument that named or found it.
     """
 
     path: str
     output_stem: str
     root: str = "."
+    argument: str = ""
 
     @property
     def relative(self) -> str:
@@ -60,41 +65,55 @@ class InputItem:
 class Collected:
     items: list[InputItem] = field(default_factory=list)
     passed_over: int = 0  # files inside folders that are not images by extension
+    hidden: int = 0  # images and folders inside folders whose names start with "."
 
 
-def output_stem(path: str) -> str:
-    """Where an input's outputs go, relative to OUT: its path as named, normalised.
+def output_stem(path: str, under: str | None = None) -> str:
+    """Where an input's outputs go, relative to OUT: under its argument's own name.
 
-    The rule depends on the path alone, so an input's outputs never move when the
-    run names other inputs too, and two different paths never share a stem:
+    ``under`` is the folder the input was found in by its INPUT argument (the folder
+    argument, or a glob's folder part before its first wildcard); ``None`` for a file
+    named directly. The rule depends on that argument alone, so an input's outputs
+    never move when the run names other inputs too:
 
-    - the path is normalised (``a/./b/../x.jpg`` -> ``a/x.jpg``; an absolute path
-      inside the current folder is taken relative to it) and keeps its file
-      extension (``x.jpg`` and ``x.png`` stay apart);
-    - ``%`` in a name becomes ``%25``; a leading ``..`` becomes ``%2E%2E`` and an
-      absolute path starts with ``%2F`` (so every output stays inside OUT);
+    - a file named directly goes under its own name (``../photos/cat.jpg`` ->
+      ``cat.jpg``), its extension kept (``x.jpg`` and ``x.png`` stay apart);
+    - a file found in a folder goes under the folder's own last component, then its
+      path below it (``/data/photos`` and ``/data/photos/a/cat.jpg`` ->
+      ``photos/a/cat.jpg``); a folder without a name of its own (``.``, ``..``,
+      ``/``, or no folder part: ``*.png``) adds nothing (``a/cat.jpg``);
     - a component longer than the file system takes (255 bytes, less room for the
       ``.CLASS.METHOD.RENDER.png`` suffix) is cut and ends in ``~`` and 12 hex
       digits of its SHA-256, the same every time.
 
-    >>> output_stem("photos/../photos/cat.jpg"), output_stem("../x.png"), output_stem("/d/x.png")
-    ('photos/cat.jpg', '%2E%2E/x.png', '%2F/d/x.png')
+    Nothing in a stem is ``..`` or absolute, so every output stays inside OUT.
+
+    >>> output_stem("../photos/cat.jpg"), output_stem("/d/photos/a/x.png", "/d/photos/")
+    ('cat.jpg', 'photos/a/x.png')
+    >>> output_stem("a/x.png", "."), output_stem("../../x.png", "../..")
+    ('a/x.png', 'x.png')
     """
     normal = os.path.normpath(path)
-    if os.path.isabs(normal):
-        here = os.getcwd()
-        if normal.startswith(here.rstrip(os.sep) + os.sep):
-            normal = os.path.relpath(normal, here)  # $PWD/photos/x.jpg is photos/x.jpg
-    parts = Path(normal).parts
-    encoded = []
-    for index, part in enumerate(parts):
-        if index == 0 and os.path.isabs(normal):
-            encoded.append("%2F")
-        elif part == "..":
-            encoded.append("%2E%2E")
-        else:
-            encoded.append(_fit_name(part.replace("%", "%25")))
-    return "/".join(encoded)
+    if under is None:
+        parts = [os.path.basename(normal)]
+    else:
+        below = os.path.relpath(normal, os.path.normpath(under))
+        parts = [name for name in [root_name(under)] if name]
+        parts += Path(below).parts
+    if not parts or any(part in ("", ".", "..") for part in parts) or os.path.isabs(parts[0]):
+        raise InputError(f"{path!r} does not lie below {under!r}")  # cannot happen: found there
+    return "/".join(_fit_name(part) for part in parts)
+
+
+def root_name(folder: str) -> str:
+    """The name a folder argument's inputs go under: its last path component as
+    written (``/data/photos/`` -> ``photos``), or ``""`` for ``.``, ``..`` and ``/``.
+
+    >>> root_name("/data/photos/"), root_name("."), root_name("a/.."), root_name("/")
+    ('photos', '', '', '')
+    """
+    name = os.path.basename(os.path.normpath(folder))
+    return "" if name in ("", ".", "..") else name
 
 
 def _fit_name(name: str) -> str:
@@ -117,35 +136,42 @@ def _is_utf8(raw: bytes) -> bool:
 
 
 def collect_inputs(
-    inputs: list[str], recursive: bool = True, exclude: str | os.PathLike | None = None
+    inputs: list[str], recursive: bool = True, exclude: str | os.PathLike | None = None,
+    unique_names: bool = True,
 ) -> Collected:
-    """Expand INPUT arguments into images, in a stable order.
+    """Expand INPUT arguments into images, in a stable order, each at its output stem.
 
     A file named directly is always included (an unreadable one fails later, for
     that file alone); files found in folders or by globs are included by
     extension and the rest counted as passed over, as are non-regular files
-    (FIFOs, sockets, devices), which are never opened. ``exclude`` (the output
-    folder) is never walked into when it lies inside an input folder; where an
-    input folder lies inside it (or is it), the PNGs guidedbp wrote there
+    (FIFOs, sockets, devices), which are never opened. Hidden names (starting with
+    ``.``, as ``ls`` and the shell's globs treat them) inside folders are skipped;
+    hidden images and folders are counted. ``exclude`` (the output folder) is never
+    walked into when it lies inside an input folder; where an input folder lies
+    inside it (or is it), the PNGs guidedbp wrote there
     (:func:`~guidedbp.io.write.is_own_png`) are neither taken nor counted.
 
     Raises:
-        InputError: For an argument that names no file, folder or glob match.
+        InputError: For an argument that names no file, folder or glob match, a
+            glob whose matches leave its folder part (``a/*/../../b.png``), or two
+            arguments whose outputs would go under the same name
+            (:func:`output_stem`: ``a/photos`` and ``b/photos``), unless
+            ``unique_names`` is false (a caller that writes nothing at the stems).
     """
     excluded = os.path.realpath(exclude) if exclude is not None else None
-    found: list[tuple[str, str]] = []  # (path, root it was found under)
+    found: list[InputItem] = []
     collected = Collected()
     for argument in inputs:
         if os.path.isdir(argument):
-            for path in _walk(argument, recursive, excluded):
+            for path in _walk(argument, recursive, excluded, collected):
                 if _is_regular(path) and _is_output(path, excluded):
                     continue
                 if is_image_path(path) and _is_regular(path):
-                    found.append((path, argument))
+                    found.append(_item(path, argument, argument))
                 else:
                     collected.passed_over += 1
         elif os.path.exists(argument):
-            found.append((argument, os.path.dirname(argument) or "."))
+            found.append(_item(argument, None, argument))
         elif _GLOB_CHARS & set(argument):
             matches = sorted(glob.glob(argument, recursive=recursive))
             if not matches:
@@ -158,16 +184,58 @@ def collect_inputs(
                         (_is_regular(path) and _is_output(path, excluded)):
                     continue  # a glob such as photos/**/*.png must not pick up our own maps
                 if is_image_path(path) and _is_regular(path):
-                    found.append((path, root))
+                    if _escapes(path, root):
+                        raise InputError(
+                            f"{argument!r} matches {path!r}, outside its folder part "
+                            f"{root!r}: name that file or its folder instead")
+                    found.append(_item(path, root, argument))
                 else:
                     collected.passed_over += 1
         else:
             raise InputError(f"input {argument!r} not found")
-    collected.items = [
-        InputItem(path, output_stem(path), root)
-        for path, root in _unique(found)
-    ]
+    collected.items = _unique(found)
+    if unique_names:
+        _refuse_shared_names(collected.items)
     return collected
+
+
+def _item(path: str, under: str | None, argument: str) -> InputItem:
+    root = under if under is not None else os.path.dirname(path) or "."
+    return InputItem(path, output_stem(path, under), root, argument)
+
+
+def _escapes(path: str, root: str) -> bool:
+    below = os.path.relpath(os.path.normpath(path), os.path.normpath(root))
+    return below == ".." or below.startswith(".." + os.sep)
+
+
+def _refuse_shared_names(items: list[InputItem]) -> None:
+    """Refuse two arguments whose outputs would go under one name in OUT.
+
+    An argument with a name of its own (a file, a named folder or glob root) claims
+    that name whole; one without (``.``, ``..``, ``*.png``) claims each of its stems
+    and, for others' names, their first components. Compared without letter case,
+    which a case-insensitive disk ignores.
+    """
+    names: dict[str, str] = {}  # a name claimed whole (casefolded) -> its argument
+    tops: dict[str, str] = {}  # the first component of a nameless argument's stem -> it
+    stems: dict[str, str] = {}  # a nameless argument's stem (casefolded) -> it
+    for item in items:
+        first = item.output_stem.split("/", 1)[0]
+        top, stem = first.casefold(), item.output_stem.casefold()
+        if item.path == item.argument or root_name(item.root):  # a file, a named folder
+            claims = [names.get(top), tops.get(top)]
+            names.setdefault(top, item.argument)
+        else:
+            claims = [names.get(top), stems.get(stem)]
+            stems.setdefault(stem, item.argument)
+            tops.setdefault(top, item.argument)
+        other = next((claim for claim in claims if claim not in (None, item.argument)), None)
+        if other is not None:
+            raise InputError(
+                f"inputs {other!r} and {item.argument!r} would both write their maps under "
+                f"{first!r} in the output folder: explain them into separate output "
+                "folders, or rename one")
 
 
 def _is_regular(path: str) -> bool:
@@ -177,12 +245,13 @@ def _is_regular(path: str) -> bool:
         return False
 
 
-def _walk(folder: str, recursive: bool, excluded: str | None):
+def _walk(folder: str, recursive: bool, excluded: str | None, collected: Collected):
     """Files below ``folder`` in sorted order, without recursion (any depth works).
 
-    Hidden names are skipped; links to folders are not followed; the output folder
-    is not walked into (compared by device and inode: no path resolution per folder,
-    which would cost a system call per level of every folder).
+    Hidden names are skipped (hidden images and folders counted in ``collected``);
+    links to folders are not followed; the output folder is not walked into
+    (compared by device and inode: no path resolution per folder, which would cost a
+    system call per level of every folder).
     """
     try:
         out = os.stat(excluded) if excluded is not None else None
@@ -197,13 +266,17 @@ def _walk(folder: str, recursive: bool, excluded: str | None):
             continue
         folders = []
         for entry in entries:
-            if entry.name.startswith("."):
-                continue
             try:
                 if entry.is_dir(follow_symlinks=False):
                     info = entry.stat(follow_symlinks=False)
-                    if out is None or (info.st_dev, info.st_ino) != (out.st_dev, out.st_ino):
+                    if out is not None and (info.st_dev, info.st_ino) == (out.st_dev, out.st_ino):
+                        continue
+                    if entry.name.startswith("."):
+                        collected.hidden += 1  # .git, .cache: not walked, but said
+                    else:
                         folders.append(entry.path)
+                elif entry.name.startswith("."):
+                    collected.hidden += is_image_path(entry.name)  # ..photo.jpg: said
                 elif not entry.is_dir():  # a link to a folder is not followed
                     yield entry.path
             except OSError:
@@ -226,7 +299,9 @@ def _within(path: str, folder: str) -> bool:
 
 
 def _glob_root(pattern: str) -> str:
-    parts = Path(pattern).parts
+    """The folder part of ``pattern`` before its first wildcard, normalised first
+    (``a/*/../b/*.png`` -> ``a/b``), or ``"."``."""
+    parts = Path(os.path.normpath(pattern)).parts
     fixed = []
     for part in parts:
         if _GLOB_CHARS & set(part):
@@ -235,11 +310,12 @@ def _glob_root(pattern: str) -> str:
     return str(Path(*fixed)) if fixed else "."
 
 
-def _unique(found: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def _unique(found: list[InputItem]) -> list[InputItem]:
+    """The items in order, each file once (the first argument that reaches it keeps it)."""
     seen, unique = set(), []
-    for path, root in found:
-        key = os.path.realpath(path)
+    for item in found:
+        key = os.path.realpath(item.path)
         if key not in seen:
             seen.add(key)
-            unique.append((path, root))
+            unique.append(item)
     return unique

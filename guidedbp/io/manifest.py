@@ -140,3 +140,27 @@ def is_manifest(path: str | os.PathLike) -> bool:
     except ValueError:
         return False
     return isinstance(record, dict) and {"input", "status", "targets"} <= set(record)
+
+
+def check_own_manifest(path: str | os.PathLike) -> None:
+    """Refuse to replace ``path`` unless it is absent or a manifest guidedbp wrote
+    (:func:`is_manifest`): never a link, nor a file of the user's by that name.
+
+    Raises:
+        GuidedbpError: Naming the file and what to do.
+    """
+    import stat
+
+    path = os.fspath(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise GuidedbpError(f"{path!r}: cannot check it ({error.strerror or error})") from None
+    if stat.S_ISLNK(mode):
+        raise GuidedbpError(f"{path!r} is a symbolic link: guidedbp does not write "
+                            "through links (remove it, or choose another output folder)")
+    if not stat.S_ISREG(mode) or not is_manifest(path):
+        raise GuidedbpError(f"{path!r} exists and is not a guidedbp manifest: refusing to "
+                            "overwrite it (move it, or choose another output folder)")

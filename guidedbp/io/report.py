@@ -10,8 +10,16 @@ A Content-Security-Policy allows only the page's own script and style (by hash) 
 images from the page's folder, so the page makes no request beyond its thumbnails.
 
 Rows are shown 100 to a page, thumbnails load lazily, and the view (status, class,
-sort, name filter, page) lives in the URL's hash, so a view can be shared or
-reloaded: ``index.html#status=error``, ``#class=3&sort=score-desc&page=2&q=cat``.
+caveat, sort, name filter, page) lives in the URL's hash, so a view can be shared or
+reloaded: ``index.html#status=error``, ``#class=3&sort=score-desc&page=2&q=cat``,
+``#caveat=untrained-weights``. A record's ``caveats`` (what makes its maps less
+meaningful) show as badges with their sentences on its row.
+
+Each row's outputs wrap as a grid of thumbnails grouped by method, so any number of
+methods and renders fits the window. Only PNG outputs are links; an SVG figure is shown
+as an image (``<img>``: a script inside it never runs), a PDF figure is a link, and any
+other file is named, not linked: a file planted in OUT under an output's name cannot run
+a script through the page.
 
 The page is deterministic: the same manifest in a folder of the same name gives the
 same bytes. It carries ``<meta name="generator" content="guidedbp">``, and an existing
@@ -113,6 +121,16 @@ def _targets(record: dict) -> list[dict]:
     return [record] if _class(record.get("class")) is not None else []
 
 
+def _caveats(record: dict) -> list[list]:
+    """A record's caveats as ``[code, sentence, method or None]``; a record written before
+    caveats existed has none, and entries that are not objects are left out."""
+    caveats = record.get("caveats")
+    if not isinstance(caveats, list):
+        return []
+    return [[_text(caveat.get("code")) or "caveat", _text(caveat.get("text")) or "",
+             _text(caveat.get("method"))] for caveat in caveats if isinstance(caveat, dict)]
+
+
 def _column(key: str, methods: list[str]) -> str:
     """``guided.color`` for every output: one-method runs name outputs by render only."""
     if key == "figure":  # every method in one file
@@ -129,9 +147,11 @@ def report_data(records: list[dict], source: str = "manifest.jsonl") -> dict:
 
     Returns:
         ``{"columns": [...], "records": [[input, status, error, [[class, label, score,
-        [href per column or None]], ...]], ...], "classes": [[class, label], ...],
-        "summary": {...}}``. Columns are the output names (``METHOD.RENDER``, ``panel``)
-        in the order they first appear; hrefs are relative URLs below OUT.
+        [href per column or None]], ...], [[code, sentence, method or None], ...]], ...],
+        "classes": [[class, label], ...], "summary": {...}}``. Columns are the output
+        names (``METHOD.RENDER``, ``panel``) in the order they first appear; hrefs are
+        relative URLs below OUT. The last list is the record's ``caveats`` (none for a
+        record without them); the summary counts the records with each caveat code.
 
     >>> data = report_data([{"input": "a b#.png", "status": "ok", "error": None,
     ...     "method": "guided", "targets": [{"class": 3, "label": "circle", "score": 0.5,
@@ -139,11 +159,11 @@ def report_data(records: list[dict], source: str = "manifest.jsonl") -> dict:
     >>> data["columns"]
     ['guided.color']
     >>> data["records"][0]
-    ['a b#.png', 'ok', None, [[3, 'circle', 0.5, ['a%20b%23.png.guided.color.png']]]]
+    ['a b#.png', 'ok', None, [[3, 'circle', 0.5, ['a%20b%23.png.guided.color.png']]], []]
     """
     columns: dict[str, int] = {}
     compact, labels, methods = [], {}, {}
-    counts = dict.fromkeys(STATUSES, 0)
+    counts, caveat_counts = dict.fromkeys(STATUSES, 0), {}
     for record in records:
         record_methods = _methods(record)
         methods.update(dict.fromkeys(record_methods))
@@ -160,8 +180,11 @@ def report_data(records: list[dict], source: str = "manifest.jsonl") -> dict:
             if number is not None and (label is not None or number not in labels):
                 labels[number] = labels.get(number) or label
             targets.append([number, label, _number(target.get("score")), hrefs])
+        record_caveats = _caveats(record)
+        for code in dict.fromkeys(caveat[0] for caveat in record_caveats):
+            caveat_counts[code] = caveat_counts.get(code, 0) + 1
         compact.append([_text(record.get("input")) or "", status,
-                        _text(record.get("error")), targets])
+                        _text(record.get("error")), targets, record_caveats])
     for target in (target for row in compact for target in row[3]):
         target[3] = [target[3].get(index) for index in range(len(columns))]
     return {
@@ -169,7 +192,8 @@ def report_data(records: list[dict], source: str = "manifest.jsonl") -> dict:
         "records": compact,
         "classes": [[number, labels[number]] for number in sorted(labels)],
         "summary": {"inputs": len(compact), "statuses": counts, "methods": list(methods),
-                    "classes": len(labels), "source": source},
+                    "classes": len(labels), "source": source,
+                    "caveats": [[code, caveat_counts[code]] for code in sorted(caveat_counts)]},
     }
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from guidedbp._text import one_line
 from guidedbp.errors import GuidedbpError
 from guidedbp.io.inputs import InputItem
+from guidedbp.io.manifest import check_own_manifest
 from guidedbp.io.write import atomic_write_bytes
 
 MERGED_MANIFEST = "manifest.jsonl"
@@ -118,11 +119,14 @@ def _shard_files(folder: str) -> dict[int, _ShardFile]:
         counts = ", ".join(f"of-{n}" for n in sorted(by_count))
         raise ShardError(f"shard manifests of different runs in {folder} ({counts}): keep one N")
     (count, shards), = by_count.items()
-    missing = sorted(set(range(count)) - set(shards))
-    if missing:
+    if len(shards) < count:  # N as the names say, bounded by the files there are
+        missing = [index for index in range(min(count, len(shards) + 5))
+                   if index not in shards][:5]
+        more = count - len(shards) - len(missing)
         have = ",".join(map(str, sorted(shards)))
         raise ShardError(f"found shards {have or 'none'} of {count}: missing "
-                         f"{','.join(map(str, missing))} "
+                         f"{','.join(map(str, missing))}"
+                         f"{f' and {more} more' if more else ''} "
                          f"(no {manifest_name(missing[0], count)} in {folder})")
     return shards
 
@@ -210,7 +214,9 @@ def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
 
     Raises:
         ShardError: No shard manifests, a bad shard name (N = 0, K >= N), a shard that
-            is not a regular file, several values of N, a missing shard, a line that is
+            is not a regular file, several values of N, a missing shard (N is trusted
+            only as far as the files there are), a ``manifest.jsonl`` that guidedbp did
+            not write or a link in its place (as ``explain`` refuses), a line that is
             not a UTF-8 JSON object with a string ``"input"`` (named by file and line),
             an input listed twice, or a merged manifest that cannot be written.
     """
@@ -229,6 +235,10 @@ def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
             seen[record["input"]] = index
             records.append(record)
     target = os.path.join(folder, MERGED_MANIFEST)
+    try:  # as explain refuses it: a file of the user's, or a link, is never replaced
+        check_own_manifest(target)
+    except GuidedbpError as error:
+        raise ShardError(str(error)) from None
     # One JSON object per line, as ManifestWriter writes them.
     data = "".join(json.dumps(record) + "\n" for record in records).encode("utf-8")
     try:

@@ -14,7 +14,7 @@ import tempfile
 from guidedbp._text import one_line
 from guidedbp.errors import ModelLoadError
 from guidedbp.models import labels as labels_module
-from guidedbp.models.loaded import LoadedModel
+from guidedbp.models.loaded import RANDOM_WEIGHTS_NOTE, LoadedModel
 from guidedbp.models.preprocess import KERAS_APPLICATIONS
 
 __all__ = ["WEIGHTS_CHOICES", "keras_cache_dir", "load_application"]
@@ -63,10 +63,7 @@ def load_application(spec: str, weights: str = "imagenet") -> LoadedModel:
         loaded.labels = labels_module.imagenet_labels()
         loaded.labels_source = "ImageNet-1k class names bundled with guidedbp"
     if weights_arg is None:
-        loaded.notes.append(
-            "random weights (weights='none'): maps show the edges a random network "
-            "responds to, not an explanation"
-        )
+        loaded.notes.append(RANDOM_WEIGHTS_NOTE)
     return loaded
 
 

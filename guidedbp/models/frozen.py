@@ -21,7 +21,9 @@ class FrozenGraph:
 
     Calling it imports the graph into the graph being traced, so every ReLU inside
     the SavedModel's functions is an ordinary op that the engine's gradient swap
-    reaches. The GraphDef is built once, at load time; constants with more than
+    reaches; those of ``tf.cond`` branches and ``tf.while_loop`` bodies, which stay
+    functions, get the ``gradient_override_map`` in force written into their
+    definitions. The GraphDef is built once, at load time; constants with more than
     :attr:`LIFT_ELEMENTS` elements are lifted out of it into :attr:`weights`.
 
     Attributes:
@@ -56,6 +58,13 @@ class FrozenGraph:
         graph._set(graph_def, weights, self.input_name, self.output_name, self.inputs[0],
                    self.name)
         return graph
+
+    @property
+    def function_op_types(self) -> set[str]:
+        """The op types inside the graph's functions (``tf.cond`` branches,
+        ``tf.while_loop`` bodies): ops that run there, each run of a loop again."""
+        return {node.op for function in self.graph_def.library.function
+                for node in function.node_def}
 
     @property
     def weights(self) -> Mapping:
@@ -133,12 +142,33 @@ class FrozenGraph:
         graph = tf.compat.v1.get_default_graph()
         weights = {name: graph.capture(value) for name, value in self._weights.items()}
         (output,) = tf.graph_util.import_graph_def(
-            self.graph_def,
+            _with_gradient_overrides(self.graph_def, graph._gradient_override_map),
             input_map={self.input_name: images, **weights},
             return_elements=[self.output_name],
             name="savedmodel",
         )
         return output
+
+
+def _with_gradient_overrides(graph_def, override: Mapping[str, str]):
+    """``graph_def`` with the ``gradient_override_map`` in force set on the nodes of its
+    functions (``tf.cond`` branches, ``tf.while_loop`` bodies) too.
+
+    Importing sets the map on the graph's own nodes only; function bodies are rebuilt
+    from their definitions when ``tf.gradients`` runs, and take the gradient named in
+    those. Without this, a ReLU inside a loop body would keep its plain gradient.
+    """
+    if not override or not graph_def.library.function:
+        return graph_def
+    from tensorflow.core.framework import graph_pb2
+
+    marked = graph_pb2.GraphDef()
+    marked.CopyFrom(graph_def)
+    for function in marked.library.function:
+        for node in function.node_def:
+            if node.op in override:
+                node.attr["_gradient_op_type"].s = override[node.op].encode()
+    return marked
 
 
 def _lift_constants(graph_def, min_elements: int):

@@ -21,7 +21,7 @@ from guidedbp._text import one_line
 from guidedbp.errors import GuidedbpError, ModelLoadError
 from guidedbp.models.loaded import LoadedModel
 
-__all__ = ["import_custom_objects", "load_keras_file"]
+__all__ = ["import_custom_objects", "keras_file_format", "load_keras_file"]
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
@@ -46,16 +46,7 @@ def load_keras_file(
         ModelLoadError: With a one-line reason: empty, corrupt or truncated file,
             Lambda layer, unknown class, weights-only file, unimportable custom objects.
     """
-    with open(spec, "rb") as handle:
-        head = handle.read(8)
-    if not head:
-        raise ModelLoadError(f"{spec!r} is empty, not a model file")
-    if head.startswith(_HDF5_MAGIC):
-        file_format = "h5"
-    elif head.startswith(b"PK"):
-        file_format = "keras"
-    else:
-        raise ModelLoadError(_unknown_file_message(spec, Path(spec).suffix.lower()))
+    file_format = keras_file_format(spec)
     objects = import_custom_objects(custom_objects)
 
     import keras
@@ -71,6 +62,24 @@ def load_keras_file(
     if not isinstance(model, keras.Model):
         raise ModelLoadError(f"{spec!r} holds a {type(model).__name__}, not a Keras model")
     return LoadedModel.from_keras(model, file_format, spec)
+
+
+def keras_file_format(spec: str) -> str:
+    """``"h5"`` or ``"keras"``, from the file's first bytes (no TensorFlow needed).
+
+    Raises:
+        ModelLoadError: An empty file, or one of neither format.
+        OSError: The file cannot be read.
+    """
+    with open(spec, "rb") as handle:
+        head = handle.read(8)
+    if not head:
+        raise ModelLoadError(f"{spec!r} is empty, not a model file")
+    if head.startswith(_HDF5_MAGIC):
+        return "h5"
+    if head.startswith(b"PK"):
+        return "keras"
+    raise ModelLoadError(_unknown_file_message(spec, Path(spec).suffix.lower()))
 
 
 def _unknown_file_message(spec: str, suffix: str) -> str:

@@ -17,7 +17,6 @@ one name per line, unchanged. Those names are unique: the two ImageNet classes c
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import os
@@ -25,6 +24,7 @@ import re
 from importlib import resources
 
 from guidedbp._files import MISSING, NotRegularFileError, open_regular
+from guidedbp._text import did_you_mean
 from guidedbp.errors import GuidedbpError
 
 __all__ = ["ClassNameError", "imagenet_labels", "load_labels", "resolve_class"]
@@ -32,6 +32,8 @@ __all__ = ["ClassNameError", "imagenet_labels", "load_labels", "resolve_class"]
 _INSPECT_HINT = "run `guidedbp inspect MODEL` to list the classes"
 _INDEX = re.compile(r"[+-]?[0-9]+")
 _MAX_CANDIDATES = 5
+#: An unknown name lists the classes when there are at most this many, else the close ones.
+_LISTED_CLASSES = 12
 
 
 class ClassNameError(ValueError, GuidedbpError):
@@ -185,7 +187,8 @@ def resolve_class(spec: str | int, labels: list[str] | None, num_classes: int) -
     Raises:
         ClassNameError: Out-of-range index, unknown or ambiguous name, a name without
             labels, or labels whose count differs from ``num_classes``. The message is
-            one line that ends by saying how to list the classes.
+            one line that says how to list the classes (an unknown name: the close
+            names, and every class when there are few).
         ValueError: ``num_classes`` is not a positive int or ``spec`` is not str or int.
 
     >>> resolve_class("Tench", ["tench", "goldfish"], 2)
@@ -229,9 +232,13 @@ def resolve_class(spec: str | int, labels: list[str] | None, num_classes: int) -
             raise ClassNameError(
                 f"class {text!r} is ambiguous: it matches {shown}{extra}; {_INSPECT_HINT}"
             )
-    close = difflib.get_close_matches(text, labels, n=3, cutoff=0.75)
-    suggestion = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-    raise ClassNameError(f"unknown class {text!r}{suggestion}; {_INSPECT_HINT}")
+    hint = did_you_mean(text, labels, cutoff=0.75)  # among a thousand names, close ones
+    suggestion = f" ({hint})" if hint else ""
+    if len(labels) <= _LISTED_CLASSES:
+        raise ClassNameError(f"unknown class {text!r}{suggestion}: the classes are "
+                             f"{', '.join(labels)}")
+    raise ClassNameError(f"unknown class {text!r}{suggestion}; {_INSPECT_HINT} (all "
+                         f"{len(labels)})")
 
 
 def _check_index(index: int, num_classes: int) -> int:

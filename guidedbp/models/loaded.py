@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guidedbp.caveats import NO_RESCALING, UNTRAINED_WEIGHTS, Caveat
 from guidedbp.errors import ModelLoadError
 from guidedbp.models.preprocess import PREPROCESS_MODES
 
@@ -17,6 +18,8 @@ __all__ = [
     "DEFAULT_FILE_PREPROCESS",
     "FILE_PREPROCESS_SOURCE",
     "MAX_INPUT_ELEMENTS",
+    "NO_RESCALING_NOTE",
+    "RANDOM_WEIGHTS_NOTE",
     "LoadedModel",
     "check_input_size",
 ]
@@ -116,6 +119,25 @@ class LoadedModel:
         return loaded
 
     @property
+    def caveats(self) -> tuple[Caveat, ...]:
+        """The :attr:`notes` that travel with every map as :class:`~guidedbp.caveats.Caveat`
+        items: random weights, and raw 0-255 pixels fed to a model that does not rescale
+        them (while no preprocessing was chosen)."""
+        return self.caveats_for(self.preprocess)
+
+    def caveats_for(self, preprocess: str) -> tuple[Caveat, ...]:
+        """:attr:`caveats` when the images are fed with ``preprocess`` instead."""
+        found = []
+        if RANDOM_WEIGHTS_NOTE in self.notes:
+            found.append(Caveat(UNTRAINED_WEIGHTS, "random weights: the maps show what an "
+                                "untrained network responds to, not an explanation"))
+        if NO_RESCALING_NOTE in self.notes and preprocess == DEFAULT_FILE_PREPROCESS:
+            found.append(Caveat(NO_RESCALING, "raw 0-255 pixels fed to a model with no "
+                                "Rescaling/Normalization layer: wrong if it was trained on "
+                                "scaled pixels"))
+        return tuple(found)
+
+    @property
     def name(self) -> str:
         """The model's own name, else the source's file name without its suffix."""
         return getattr(self.model, "name", None) or Path(self.source).stem
@@ -176,6 +198,11 @@ def _check_float_input(source: str, tensor) -> None:
 #: The note for a model file with no scaling layer, while no preprocessing was chosen.
 NO_RESCALING_NOTE = ("no Rescaling/Normalization layer at the input: if the model was trained "
                      f"on scaled pixels, pass preprocess=MODE ({_SCALING_MODES})")
+
+
+#: The note for a network with random weights (``keras:NAME`` with ``weights='none'``).
+RANDOM_WEIGHTS_NOTE = ("random weights (weights='none'): maps show the edges a random network "
+                       "responds to, not an explanation")
 
 
 def _rescales_itself(model) -> bool:

@@ -22,7 +22,7 @@ from guidedbp.errors import GuidedbpError, ModelLoadError
 from guidedbp.models import labels as labels_module
 from guidedbp.models.applications import WEIGHTS_CHOICES, load_application
 from guidedbp.models.frozen import FrozenGraph, constant_to_placeholder
-from guidedbp.models.keras_files import load_keras_file
+from guidedbp.models.keras_files import keras_file_format, load_keras_file
 from guidedbp.models.loaded import DEFAULT_FILE_PREPROCESS, NO_RESCALING_NOTE, LoadedModel
 from guidedbp.models.preprocess import PREPROCESS_MODES
 from guidedbp.models.savedmodel import is_saved_model, load_saved_model
@@ -34,6 +34,7 @@ __all__ = [
     "FrozenGraph",
     "LoadedModel",
     "ModelLoadError",
+    "check_model_path",
     "constant_to_placeholder",
     "load_model",
     "resolve",
@@ -144,20 +145,43 @@ def resolve(model) -> LoadedModel:
     return model if isinstance(model, LoadedModel) else load_model(model)
 
 
-def _load_path(spec: str, signature, input_key, output_key, unsafe, custom_objects):
-    """A file or folder: a SavedModel folder, else a Keras file."""
+def check_model_path(spec: str) -> None:
+    """What can be known of a model spec without TensorFlow, checked at once: a path
+    exists, is readable and is a SavedModel folder or a ``.keras``/``.h5`` file by its
+    first bytes (``demo`` and ``keras:NAME`` pass; :func:`load_model` says the rest).
+
+    Raises:
+        ModelLoadError: With a one-line reason.
+    """
+    if spec == DEMO_SPEC or spec.lower().startswith("keras:"):
+        return
     path = Path(spec)
-    if not path.exists():
-        raise ModelLoadError(f"model {spec!r} not found")
-    try:  # a FIFO or device would block the reads below: refuse it unopened
+    try:
+        if not path.exists():
+            raise ModelLoadError(f"model {spec!r} not found")
+        # a FIFO or device would block the reads below: refuse it unopened
         regular_file(spec, "model", directory_ok=True)
+        if path.is_dir():
+            if not is_saved_model(path):
+                raise ModelLoadError(
+                    f"{spec!r} is a directory but not a SavedModel (it has no saved_model.pb)"
+                )
+            if not os.access(spec, os.R_OK | os.X_OK):
+                raise PermissionError(13, "Permission denied")
+        else:
+            keras_file_format(spec)
+    except ModelLoadError:
+        raise
     except GuidedbpError as error:
         raise ModelLoadError(str(error)) from None
-    if path.is_dir():
-        if not is_saved_model(path):
-            raise ModelLoadError(
-                f"{spec!r} is a directory but not a SavedModel (it has no saved_model.pb)"
-            )
+    except OSError as error:
+        raise ModelLoadError(f"cannot read model {spec!r}: {error.strerror or error}") from None
+
+
+def _load_path(spec: str, signature, input_key, output_key, unsafe, custom_objects):
+    """A file or folder: a SavedModel folder, else a Keras file."""
+    check_model_path(spec)
+    if os.path.isdir(spec):
         return load_saved_model(spec, signature, input_key, output_key, unsafe)
     return load_keras_file(spec, unsafe, custom_objects)
 

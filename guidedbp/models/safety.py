@@ -18,8 +18,14 @@ small CNN with Rescaling, BatchNormalization, ReLU6, pooling, Dropout and softma
 ``model.save(dir)``; each was loaded through :func:`guidedbp.load_model` and the op
 types of its frozen GraphDef and function library collected (41 ops). Added by hand:
 side-effect-free element-wise, array, reduction and neural-network ops a classifier
-may use (activations, resizing, padding, matrix products, batch normalization, LRN,
-control flow whose branches are functions checked like the rest). Left out on
+may use (activations, resizing, padding, matrix products, batch normalization, LRN),
+and control flow: ``tf.cond``, ``tf.switch_case`` and ``tf.while_loop`` as functional
+ops (``If``, ``Case``, ``While`` and their ``Stateless`` forms), whose branch and body
+functions are checked like the rest, and as TensorFlow 1's ``Switch``, ``Merge``,
+``Enter``, ``Exit``, ``NextIteration`` and ``LoopCond``, whose bodies are ordinary
+nodes of the same graph. They only route tensors (a TensorFlow 1 loop is refused all the
+same, as one that cannot be differentiated: see :mod:`~guidedbp.models.savedmodel`).
+Left out on
 purpose, whatever a model needs: anything that touches files (``ReadFile``,
 ``WriteFile``, ``MatchingFiles``, ``Save*``, ``Restore*``, ``ImmutableConst``, readers),
 the network or other processes (``Send``, ``Recv``, collectives), Python (``PyFunc``,
@@ -60,6 +66,7 @@ CLASSIFIER_OPS = frozenset((
     "BiasAddV1",
     "BroadcastArgs",
     "BroadcastTo",
+    "Case",
     "Cast",
     "Ceil",
     "ClipByValue",
@@ -76,9 +83,11 @@ CLASSIFIER_OPS = frozenset((
     "Einsum",
     "Elu",
     "EnsureShape",
+    "Enter",
     "Equal",
     "Erf",
     "Erfc",
+    "Exit",
     "Exp",
     "ExpandDims",
     "Expm1",
@@ -107,18 +116,21 @@ CLASSIFIER_OPS = frozenset((
     "LogicalAnd",
     "LogicalNot",
     "LogicalOr",
+    "LoopCond",
     "MatMul",
     "Max",
     "MaxPool",
     "MaxPoolV2",
     "Maximum",
     "Mean",
+    "Merge",
     "Min",
     "Minimum",
     "MirrorPad",
     "Mul",
     "MulNoNan",
     "Neg",
+    "NextIteration",
     "NoOp",
     "NotEqual",
     "OneHot",
@@ -168,16 +180,20 @@ CLASSIFIER_OPS = frozenset((
     "SquaredDifference",
     "Squeeze",
     "StatefulPartitionedCall",
+    "StatelessCase",
     "StatelessIf",
+    "StatelessWhile",
     "StopGradient",
     "StridedSlice",
     "Sub",
     "Sum",
+    "Switch",
     "Tanh",
     "Tile",
     "TopKV2",
     "Transpose",
     "Unpack",
+    "While",
     "ZerosLike",
 ))
 

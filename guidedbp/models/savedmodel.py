@@ -59,8 +59,8 @@ def load_saved_model(
 
     Raises:
         ModelLoadError: With a one-line reason: unreadable, ops off the list, no such
-            signature or key, a non-float, non-image or too large input, or an output
-            that needs other inputs.
+            signature or key, a non-float, non-image or too large input, an output
+            that needs other inputs, or a TensorFlow 1 while loop.
     """
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
@@ -101,7 +101,9 @@ def load_saved_model(
         )
     check_input_size(spec, tuple(input_spec.shape[1:]))
     try:
-        frozen = convert_variables_to_constants_v2(function)
+        # Control flow stays functional (If, While): lowered to Switch/Merge/Enter/Exit it
+        # cannot be imported into a tf.function (frames) nor differentiated (no context).
+        frozen = convert_variables_to_constants_v2(function, lower_control_flow=False)
     except Exception as error:
         raise ModelLoadError(
             f"cannot inline {spec!r}'s graph: {one_line(error, limit=200)}"
@@ -110,6 +112,13 @@ def load_saved_model(
     if not unsafe_deserialization:
         used = safety.graph_op_types(frozen_graph_def)
         _refuse_unlisted(spec, f"signature {signature!r} uses", safety.unlisted_ops(used))
+    if any(node.op in _TF1_LOOP_OPS for node in frozen_graph_def.node):
+        # Its gradient needs the loop's WhileContext, which a GraphDef does not carry.
+        raise ModelLoadError(
+            f"{spec!r} signature {signature!r} holds a TensorFlow 1 while loop (Enter, Exit, "
+            "NextIteration), which cannot be differentiated once imported: export the model "
+            "with TensorFlow 2 control flow (tf.while_loop inside a tf.function)"
+        )
     flat_inputs = tf.nest.flatten(function.structured_input_signature, expand_composites=True)
     flat_names = [s.name for s in flat_inputs]
     placeholder = frozen.inputs[flat_names.index(input_spec.name)]
@@ -147,6 +156,10 @@ def load_saved_model(
         preprocess=DEFAULT_FILE_PREPROCESS,
         preprocess_source=FILE_PREPROCESS_SOURCE,
     )
+
+
+# TensorFlow 1 (control flow v1) loop ops; its tf.cond (Switch, Merge) is explained as is.
+_TF1_LOOP_OPS = frozenset(("Enter", "Exit", "LoopCond", "NextIteration"))
 
 
 def _refuse_unlisted(spec: str, what: str, ops: list[str]) -> None:

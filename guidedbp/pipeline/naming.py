@@ -1,9 +1,10 @@
 """How an explain run names its outputs: one rule, written down once.
 
-Under OUT, each input's outputs sit at its output stem: the input's path as it was
-named or found, normalised, its extension kept (:func:`guidedbp.io.inputs.output_stem`:
-``photos/a/cat.jpg``; ``..`` and a leading ``/`` are encoded so that everything stays
-inside OUT)::
+Under OUT, each input's outputs sit at its output stem: each INPUT argument maps
+under its own last path component, the extension kept
+(:func:`guidedbp.io.inputs.output_stem`: ``/data/photos`` gives ``photos/a/cat.jpg``,
+``../cat.jpg`` gives ``cat.jpg``, a glob keeps its folder part before the first
+wildcard; nothing leaves OUT)::
 
     STEM[.CLASS].METHOD.RENDER.png   one per method and render (CLASS with classes/top_k)
     STEM[.CLASS].panel.png           with several methods and the panel render

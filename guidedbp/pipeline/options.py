@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from guidedbp._text import did_you_mean
 from guidedbp.engine.methods import as_methods
 from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError
@@ -34,6 +35,12 @@ DEFAULT_OUTPUT = "guidedbp-out"
 MANIFEST = "manifest.jsonl"
 #: The figures' resolution range, in dots per inch.
 MIN_DPI, MAX_DPI = 20, 1200
+#: Classes explained per image at most (``top_k``, or ``classes`` listed): each class is a
+#: map per method in one engine pass, so memory grows with their number.
+MAX_CLASSES = 100
+#: The largest side of ``size`` (pixels): a model's activations at 4096x4096 already take
+#: gigabytes.
+MAX_SIDE = 4096
 
 
 @dataclass(frozen=True)
@@ -42,8 +49,9 @@ class ClassOptions:
 
     Attributes:
         classes: Classes by index or name, the same for every image; empty: the
-            top-1 class (or the top ``top_k``).
-        top_k: Explain each image's ``top_k`` most probable classes.
+            top-1 class (or the top ``top_k``). At most :data:`MAX_CLASSES`.
+        top_k: Explain each image's ``top_k`` most probable classes, at most
+            :data:`MAX_CLASSES`.
     """
 
     classes: tuple = ()
@@ -57,6 +65,10 @@ class ClassOptions:
         if self.top_k is not None and (isinstance(self.top_k, bool)
                                        or not isinstance(self.top_k, int) or self.top_k < 1):
             raise ArgumentError(f"top_k={self.top_k!r} must be a positive integer or None")
+        if (self.top_k or 0) > MAX_CLASSES or len(self.classes) > MAX_CLASSES:
+            given = f"top_k={self.top_k!r}" if self.top_k else f"{len(self.classes)} classes"
+            raise ArgumentError(f"{given} is above the upper bound of {MAX_CLASSES} classes per "
+                                "image")
         if self.classes and self.top_k:
             raise ArgumentError("classes and top_k cannot be used together")
 
@@ -67,8 +79,8 @@ class InputOptions:
 
     Attributes:
         recursive: Walk folders recursively.
-        size: ``(H, W)`` for models with free spatial dimensions; ``None``: each
-            image's own size.
+        size: ``(H, W)`` for models with free spatial dimensions, each side at most
+            :data:`MAX_SIDE`; ``None``: each image's own size.
         resize: How an image is fitted to the model's input size, one of
             :data:`~guidedbp.models.preprocess.RESIZE_MODES`.
         shard: ``(K, N)``: explain only shard K of N (a stable hash of each input's
@@ -87,6 +99,9 @@ class InputOptions:
             object.__setattr__(self, "size", tuple(self.size))
             if len(self.size) != 2 or not all(isinstance(v, int) and v > 0 for v in self.size):
                 raise ArgumentError(f"size={self.size!r} must be (height, width) in pixels")
+            if max(self.size) > MAX_SIDE:
+                raise ArgumentError(f"size={self.size!r} is above the upper bound of {MAX_SIDE} "
+                                    "pixels a side")
         if self.shard is not None:
             object.__setattr__(self, "shard", tuple(self.shard))
             if len(self.shard) != 2 or not 0 <= self.shard[0] < self.shard[1]:
@@ -173,8 +188,10 @@ class RunOptions:
             elif name in _FLAT_NAMES:
                 grouped.setdefault(_FLAT_NAMES[name], {})[name] = value
             else:
-                known = ", ".join(sorted({"methods", *_METHOD_NAMES, *_FLAT_NAMES}))
-                raise ArgumentError(f"unknown option {name!r}: expected one of {known}")
+                known = sorted({"methods", *_METHOD_NAMES, *_FLAT_NAMES})
+                hint = did_you_mean(name, known)
+                raise ArgumentError(f"unknown option {name!r}" + (f" ({hint})" if hint else "")
+                                    + f": expected one of {', '.join(known)}")
         if method_fields:
             top["method"] = MethodOptions.of(options.method, **method_fields)
         for group, values in grouped.items():
@@ -199,3 +216,7 @@ _GROUPS = {"classes": ClassOptions, "inputs": InputOptions, "render": RenderOpti
            "output": OutputOptions}
 _FLAT_NAMES = {f.name: group for group, kind in _GROUPS.items() for f in dataclasses.fields(kind)}
 _METHOD_NAMES = set(MethodOptions().flat())
+#: The options that mean something for one image in memory
+#: (:func:`guidedbp.explain_image`): the methods and their options, and how the image is
+#: fitted to the model. The others choose files, classes or what is written.
+IMAGE_OPTIONS = frozenset({"methods", *_METHOD_NAMES, "size", "resize"})

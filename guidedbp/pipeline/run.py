@@ -9,41 +9,41 @@ returns the maps together with the picture.
 from __future__ import annotations
 
 import os
-import stat
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from guidedbp._text import plural
+from guidedbp._text import did_you_mean, plural
 from guidedbp.api import Explainer
+from guidedbp.caveats import Caveat, unique
 from guidedbp.engine.explainer import Explanation
-from guidedbp.errors import GuidedbpError
+from guidedbp.errors import ArgumentError, GuidedbpError
 from guidedbp.io.images import decode_image
-from guidedbp.io.inputs import collect_inputs
 from guidedbp.io.lock import OutputLock
-from guidedbp.io.manifest import is_manifest, read_earlier
+from guidedbp.io.manifest import read_earlier
 from guidedbp.io.report import write_report
-from guidedbp.io.shard import select_shard
 from guidedbp.models.labels import resolve_class
 from guidedbp.models.loading import LoadedModel, load_model
 from guidedbp.models.preprocess import prepare
 from guidedbp.pipeline.local import run_local
 from guidedbp.pipeline.naming import label_of
-from guidedbp.pipeline.options import DEFAULT_OUTPUT, RunOptions
+from guidedbp.pipeline.options import DEFAULT_OUTPUT, IMAGE_OPTIONS, RunOptions
+from guidedbp.pipeline.preflight import (  # noqa: F401 (NoImagesError: guidedbp's)
+    CheckedRun,
+    NoImagesError,
+    check_output,
+    check_run,
+    remove_created,
+)
 from guidedbp.pipeline.stages import Feed, Plan, Summary, carried_over, record
-from guidedbp.plot import require_matplotlib
-
-
-class NoImagesError(GuidedbpError):
-    """The inputs name no image at all."""
 
 
 def explain_files(
     model,
-    inputs: str | os.PathLike | Sequence[str | os.PathLike],
+    inputs: str | os.PathLike | Sequence[str | os.PathLike] | CheckedRun,
     output: str | os.PathLike = DEFAULT_OUTPUT,
     *,
     options: RunOptions | None = None,
@@ -62,7 +62,11 @@ def explain_files(
         model: A model spec (``model.keras``, ``model.h5``, a SavedModel folder,
             ``keras:NAME``, ``demo``), a :class:`~guidedbp.models.loading.LoadedModel`
             or a ``keras.Model``.
-        inputs: Image files, folders and glob patterns.
+        inputs: Image files, folders and glob patterns, or the
+            :class:`~guidedbp.pipeline.preflight.CheckedRun` that
+            :func:`~guidedbp.pipeline.preflight.check_run` made of them for this
+            ``output`` and these options (the CLI checks them before it imports
+            TensorFlow; they are not listed twice).
         output: The folder for maps and ``manifest.jsonl``.
         options: :class:`~guidedbp.pipeline.options.RunOptions`.
         load: Keyword arguments of :func:`guidedbp.load_model` for a spec.
@@ -80,9 +84,11 @@ def explain_files(
         command's.
 
     Raises:
-        GuidedbpError: Bad options, inputs that name nothing, a model that does not
-            load, a class that does not exist. Failing inputs do not raise: they are
-            counted in the summary and recorded in the manifest.
+        GuidedbpError: Bad options, inputs that name nothing, an output folder that
+            cannot be written (:func:`~guidedbp.pipeline.preflight.check_run`), a model
+            that does not load (or ``load`` with a model already loaded), a class that
+            does not exist, batches that cannot fit in the free memory. Failing inputs do
+            not raise: they are counted in the summary and recorded in the manifest.
 
     >>> summary = explain_files("demo", "sample_images/shapes", "maps",
     ...                         methods="guided,gradcam", renders="panel")  # doctest: +SKIP
@@ -92,34 +98,25 @@ def explain_files(
     started = time.perf_counter()
     options = RunOptions.of(options, **fields)
     output = os.fspath(output)
-    if runner not in ("local", "ray"):
-        raise GuidedbpError(f"runner={runner!r} is not one of local, ray")
-    if runner == "ray":
-        from guidedbp.pipeline.ray_runner import import_ray
-
-        import_ray()
-        if not isinstance(model, (str, os.PathLike)):
-            raise GuidedbpError("runner='ray' needs the model as a spec (a path or keras:NAME)")
-    names = [os.fspath(inputs)] if isinstance(inputs, (str, os.PathLike)) else \
-        [os.fspath(i) for i in inputs]
-    collected = collect_inputs(names, options.inputs.recursive, exclude=output)
-    if not collected.items:
-        raise NoImagesError(f"no images found in {', '.join(names)} "
-                            f"({plural(collected.passed_over, 'other file')} passed over)")
-    items = collected.items
-    if options.inputs.shard is not None:  # an empty shard still writes its (empty) manifest
-        items = select_shard(items, *options.inputs.shard)
-    if options.output.figure is not None:
-        require_matplotlib()  # before anything is written or loaded
+    if isinstance(inputs, CheckedRun):  # checked before TensorFlow was imported
+        if inputs.output != output or (inputs.options is not options
+                                       and repr(inputs.options) != repr(options)):
+            raise GuidedbpError("these inputs were checked for another output folder or "
+                                "other options: pass them to check_run again")
+        checked = inputs
+    else:  # before anything is written or loaded: fail fast
+        checked = check_run(model, inputs, output, options=options, runner=runner)
+    items = list(checked.items)
     manifest = os.path.join(output, options.manifest)
-    created = _check_output(output, manifest)  # before the model loads: fail fast
+    created = check_output(output, options.manifest)
     try:
         summary, loading = _run(model, load, options, output, manifest, items, runner,
                                 cluster, progress, started)
     except BaseException:
-        _remove_if_empty(created)  # a run that wrote nothing leaves nothing behind
+        remove_created(created)  # a run that wrote nothing leaves nothing behind
         raise
-    summary.passed_over = collected.passed_over
+    summary.passed_over = checked.passed_over
+    summary.hidden = checked.hidden
     summary.loading = loading
     if options.output.report and options.inputs.shard is None:
         summary.report = _report(output, options.manifest)
@@ -141,16 +138,27 @@ def _report(output: str, manifest: str) -> str | None:
         return None
 
 
+def _loaded(model, load: dict | None) -> LoadedModel:
+    """``model`` loaded (with ``load``'s keywords), or as it is when it is loaded already."""
+    if not isinstance(model, LoadedModel):
+        return load_model(model, **(load or {}))
+    if load:
+        raise ArgumentError("load= applies to a model spec: this LoadedModel is already "
+                            "loaded (pass its options to guidedbp.load_model)")
+    return model
+
+
 def _run(model, load, options, output, manifest, items, runner, cluster, progress, started):
     with OutputLock(output, options.manifest):
         earlier = read_earlier(manifest)
-        loaded = model if isinstance(model, LoadedModel) else load_model(model, **(load or {}))
+        loaded = _loaded(model, load)
         explainer = Explainer(loaded, options.methods, options=options.method)
         num_classes = explainer.report.num_classes  # traces once: a bad layer fails here
         for note in _notes(loaded, num_classes):
             warnings.warn(note, ModelWarning, stacklevel=3)
         classes = tuple(resolve_class(spec, loaded.labels, num_classes)
                         for spec in options.classes.classes)
+        _check_memory(explainer, loaded, options, len(classes), num_classes)
         owned = frozenset(path for record in earlier.values()
                           for target in record["targets"] if isinstance(target, dict)
                           for path in _paths_of(target))
@@ -168,6 +176,19 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
         else:
             summary = run_local(plan, explainer, items, progress, carried)
     return summary, loading
+
+
+def _check_memory(explainer, loaded, options: RunOptions, classes: int, num_classes: int
+                  ) -> None:
+    """Refuse at once a run whose batches cannot fit in memory, where the size of the model's
+    input is known before the images are read."""
+    height, width = loaded.input_shape[:2]
+    if (height is None or width is None) and options.inputs.size is not None:
+        height, width = options.inputs.size
+    if height is None or width is None:
+        return  # each image's own size: the engine checks each batch
+    columns = classes or min(options.classes.top_k or 1, num_classes)
+    explainer.check_memory((height, width, loaded.channels), columns)
 
 
 def _clashes(plan: Plan, items: list) -> dict[str, dict]:
@@ -205,47 +226,6 @@ def _paths_of(target: dict) -> list[str]:
     raw = target.get("raw")
     raws = [raw] if isinstance(raw, str) else list(raw.values()) if isinstance(raw, dict) else []
     return [p for p in [*outputs.values(), *raws] if isinstance(p, str)]
-
-
-def _check_output(output: str, manifest: str) -> list[str]:
-    """OUT can be created, and its manifest, if any, is a file guidedbp wrote.
-
-    Returns:
-        The folders it created, deepest last.
-
-    Raises:
-        GuidedbpError: Naming what is wrong.
-    """
-    created, folder = [], os.path.abspath(output)
-    while not os.path.isdir(folder) and not os.path.lexists(folder):
-        created.insert(0, folder)
-        folder = os.path.dirname(folder)
-    try:
-        os.makedirs(output, exist_ok=True)
-    except OSError as error:
-        raise GuidedbpError(f"cannot create the output folder {output!r}: "
-                            f"{error.strerror or error}") from None
-    if not os.access(output, os.W_OK | os.X_OK):
-        raise GuidedbpError(f"cannot write into the output folder {output!r}: permission denied")
-    try:
-        mode = os.lstat(manifest).st_mode
-    except FileNotFoundError:
-        return created
-    if stat.S_ISLNK(mode):
-        raise GuidedbpError(f"{manifest!r} is a symbolic link: guidedbp does not write "
-                            "through links (remove it, or choose another output folder)")
-    if not stat.S_ISREG(mode) or not is_manifest(manifest):
-        raise GuidedbpError(f"{manifest!r} exists and is not a guidedbp manifest: refusing to "
-                            "overwrite it (move it, or choose another output folder)")
-    return created
-
-
-def _remove_if_empty(folders: list[str]) -> None:
-    for folder in reversed(folders):
-        try:
-            os.rmdir(folder)
-        except OSError:
-            return
 
 
 @dataclass(frozen=True)
@@ -290,38 +270,130 @@ class ImageExplanation:
         """Each method's map mapped back onto the original picture, ``(H0, W0, C)``."""
         return {m: self.placement.to_original(v) for m, v in self.maps.items()}
 
+    @property
+    def caveats(self) -> tuple[Caveat, ...]:
+        """What makes these maps less meaningful (:mod:`guidedbp.caveats`): random
+        weights, unscaled pixels, no guided activation, a negligible map, ..."""
+        return self.explanation.caveats_of(0)
 
-def explain_image(model, path: str | os.PathLike, target=None, *, methods="guided",
-                  load: dict | None = None, **fields) -> ImageExplanation:
+
+def explain_image(model, path: str | os.PathLike, target=None, *, methods=None,
+                  options: RunOptions | None = None, load: dict | None = None,
+                  **fields) -> ImageExplanation:
     """Decode, fit and preprocess one image file as ``guidedbp explain`` does, and explain it.
+
+    Every option means what it means to :func:`explain_files`: the methods and their
+    options, ``size`` and ``resize`` give the same maps as its ``raw`` ones. The
+    options of what it writes (renders, figures, ...), of which files it reads
+    (``recursive``, ``shard``) and of several classes (``classes``, ``top_k``) are
+    refused, not ignored: one image explains one ``target``.
 
     Args:
         model: What :func:`explain_files` takes, or a :class:`guidedbp.Explainer`
-            (reused as it is: build one once to explain many images in a notebook).
+            (reused as it is: build one once to explain many images in a notebook; its
+            method options are its own, so others given here are refused, and
+            ``methods`` may only choose some of its methods).
         path: The image file.
         target: ``None`` (top-1), a class index or a class name.
-        methods: Method names (ignored when ``model`` is an Explainer).
+        methods: Method names; ``None``: ``options``' (default ``guided``).
+        options: :class:`~guidedbp.pipeline.options.RunOptions`, as
+            :func:`explain_files` takes.
         load: Keyword arguments of :func:`guidedbp.load_model` for a spec.
         **fields: Method and input options by flat name (``smooth``, ``layer``,
             ``size``, ``resize``, ...).
 
     Raises:
-        GuidedbpError: A file that is not a readable image, a bad option or class.
+        GuidedbpError: A file that is not a readable image, a bad, or refused, option
+            or class.
 
-    >>> result = explain_image("demo", "sample_images/shapes/circle.png")  # doctest: +SKIP
+    >>> result = explain_image("demo", "sample_images/shapes/circle_0.png")  # doctest: +SKIP
     >>> result.label, result.maps["guided"].shape  # doctest: +SKIP
     ('circle', (96, 96, 3))
     """
-    options = RunOptions.of(methods=methods, **fields)
+    _refuse_for_one_image(options, fields)
+    if methods is not None:
+        fields["methods"] = methods
+    options = RunOptions.of(options, **fields)
     if isinstance(model, Explainer):
+        _check_explainer_options(model, options, fields)
+        if load:
+            raise ArgumentError("load= applies to a model spec: this Explainer's model is "
+                                "already loaded")
         explainer = model
     else:
-        loaded = model if isinstance(model, LoadedModel) else load_model(model, **(load or {}))
+        loaded = _loaded(model, load)
         explainer = Explainer(loaded, options.methods, options=options.method)
     loaded = explainer.loaded or load_model(explainer.model)
     image = decode_image(os.fspath(path), channels=loaded.channels)
     fitted, placement, model_input = prepare(image, loaded.input_shape, loaded.preprocess,
                                              options.inputs.size, options.inputs.resize)
     explanation = explainer.explain(model_input[None], target)
+    if "methods" in fields:  # an Explainer's methods, or some of them
+        explanation = replace(explanation, by_method={
+            name: explanation.by_method[name] for name in options.methods})
+    if explainer.loaded is None:  # built on a model object: its caveats are found here
+        explanation = replace(explanation, caveats=(
+            unique((*loaded.caveats, *explanation.caveats_of(0))),))
     labels = None if loaded.labels is None else tuple(loaded.labels)
     return ImageExplanation(os.fspath(path), image, fitted, placement, explanation, labels)
+
+
+def _refuse_for_one_image(options: RunOptions | None, fields: dict) -> None:
+    """Refuse, in one line, the options :func:`explain_image` has no use for (by name, or
+    set in ``options``), rather than ignore them.
+
+    Raises:
+        ArgumentError: Naming the first such option and what to do instead.
+    """
+    unused = [name for name in fields if name not in IMAGE_OPTIONS and name != "methods"]
+    if options is not None:
+        defaults = RunOptions().flat()
+        unused += [name for name, value in options.flat().items()
+                   if name not in IMAGE_OPTIONS and name != "methods"
+                   and value != defaults[name]]
+    known = set(RunOptions().flat())
+    for name in fields:
+        if name not in known:
+            takes = ["target", "methods", "options", "load", *sorted(IMAGE_OPTIONS - {"methods"})]
+            hint = ("did you mean 'target'?" if name.lower().startswith("class")
+                    else did_you_mean(name, takes))
+            raise ArgumentError(f"unknown option {name!r}" + (f" ({hint})" if hint else "")
+                                + f": explain_image takes {', '.join(takes)}")
+    if not unused:
+        return
+    name = unused[0]
+    if name in ("classes", "top_k"):
+        raise ArgumentError(f"explain_image explains one class: give it as target= ({name}= "
+                            "is explain_files' option; call explain_image once per class)")
+    if name in ("recursive", "shard"):
+        raise ArgumentError(f"explain_image reads the one file it is given: {name}= is "
+                            "explain_files' option")
+    raise ArgumentError(f"explain_image writes no files: {name}= is explain_files' option "
+                        "(the result holds the maps as arrays; guidedbp.plot.plot(result, "
+                        "cmap=..., clip=...) draws them)")
+
+
+def _check_explainer_options(explainer: Explainer, options: RunOptions, fields: dict) -> None:
+    """An Explainer keeps its own methods and method options: refuse others, in one line
+    (``methods`` may choose some of its own)."""
+    if "methods" in fields and not set(options.methods) <= set(explainer.methods):
+        raise ArgumentError(f"methods={options.methods!r} are not all among the Explainer's "
+                            f"own ({explainer.methods!r}): an Explainer keeps the methods it was "
+                            "built with (build one with them, or pass the model itself)")
+    defaults = RunOptions().flat()
+    own = explainer.options.flat()
+    asked = [name for name in own if name in fields
+             or not _same(options.flat()[name], defaults[name])]
+    wanted = options.flat()
+    differing = [name for name in asked if not _same(wanted[name], own[name])]
+    if differing:
+        name = differing[0]
+        raise ArgumentError(f"{name}={wanted[name]!r} differs from the Explainer's own "
+                            f"({own[name]!r}): an Explainer keeps the methods and options it "
+                            "was built with (build one with them, or pass the model itself)")
+
+
+def _same(first, second) -> bool:
+    if isinstance(first, np.ndarray) or isinstance(second, np.ndarray):
+        return np.array_equal(first, second)
+    return first == second

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from guidedbp._text import one_line
+from guidedbp.caveats import Caveat, unique
 from guidedbp.engine.methods import method
 from guidedbp.io.images import ImageError, decode_image
-from guidedbp.io.inputs import InputItem, output_stem
+from guidedbp.io.inputs import InputItem
 from guidedbp.io.write import atomic_write_bytes, is_own_png, is_whole_png, save_npy, save_png
 from guidedbp.models.preprocess import draft_side, resize_map, resize_picture
 from guidedbp.models.preprocess import prepare as fit_and_preprocess
@@ -99,11 +100,12 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Explained:
-    """One class's maps for one input."""
+    """One class's maps for one input, and what makes them less meaningful."""
 
     target: int
     probability: float
     maps: dict  # method -> float32 map at model resolution
+    caveats: tuple[Caveat, ...] = ()
 
 
 @dataclass
@@ -117,6 +119,7 @@ class Summary:
     seconds: float = 0.0  # the whole run, loading the model included
     loading: float = 0.0  # of which: loading the model and tracing the engine
     passed_over: int = 0
+    hidden: int = 0  # images and folders in input folders skipped as hidden (".name")
     output: str = ""
     manifest: str = "manifest.jsonl"
     report: str | None = None  # the run's index.html, when one was written
@@ -157,13 +160,20 @@ def carried_over(plan: Plan, items: list[InputItem], earlier: dict[str, dict]) -
     an ``.npy`` with its header): the resumed manifest then holds the same records an
     uninterrupted run writes. Anything less is recomputed.
     """
-    by_stem = {output_stem(path): record for path, record in earlier.items()}
+    by_path = {_same_file_key(path): record for path, record in earlier.items()}
     carried = {}
     for item in items:
-        record = by_stem.get(item.output_stem)
+        record = by_path.get(_same_file_key(item.path))
         if record is not None and _still_valid(plan, item, record):
-            carried[item.path] = {**record, "input": item.path}  # as this run names it
+            # As this run names it; a record from before caveats were recorded lists none.
+            carried[item.path] = {"caveats": [], **record, "input": item.path}
     return carried
+
+
+def _same_file_key(path: str) -> str:
+    """An earlier record's input and this run's, however spelled (``a/../a/x.png``);
+    its outputs must still be the ones this run names (:func:`_still_valid`)."""
+    return os.path.normpath(os.path.abspath(path))
 
 
 def _still_valid(plan: Plan, item: InputItem, record: dict) -> bool:
@@ -286,7 +296,7 @@ def _targets(plan: Plan, explainer, images: np.ndarray) -> list[list[Explained]]
         explanations = explainer.explain_top_k(images, plan.options.classes.top_k or 1)
     return [
         [Explained(int(e.targets[index]), float(e.probabilities[index]),
-                   {m: maps[index] for m, maps in e.by_method.items()})
+                   {m: maps[index] for m, maps in e.by_method.items()}, e.caveats_of(index))
          for e in explanations]
         for index in range(len(images))
     ]
@@ -328,7 +338,9 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
     options, labels, naming = plan.options, plan.feed.labels, plan.naming
     style = options.render.style
     targets = []
+    caveats: list[Caveat] = []
     for entry in explained:
+        caveats += entry.caveats
         outputs, raw = naming.paths(prepared.item.output_stem, entry.target)
         for relative in [*outputs.values(), *(path for _, path in naming.raw_items(raw))]:
             _check_target(plan, relative, outputs.values())
@@ -345,21 +357,25 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
         for key, relative in outputs.items():
             if key == "figure":
                 _write_figure(plan, os.path.join(plan.output, relative), picture, shown,
-                              f"{named_class} p={entry.probability:.3f}")
+                              f"{named_class} p={entry.probability:.3f}", entry.caveats)
                 continue
             if key == "panel" and len(shown) > 1:
-                array = comparison_panel(shown, picture, caption, style, options.render.tile)
+                array = comparison_panel(shown, picture, caption, style, options.render.tile,
+                                         entry.caveats)
             else:
                 name_of_method, _, name = key.rpartition(".")
-                array = render(name, shown[name_of_method or options.methods[0]], picture,
-                               caption=caption, **options.render.panel_style)
+                name_of_method = name_of_method or options.methods[0]
+                lines = [c.line for c in entry.caveats if c.concerns(name_of_method)]
+                array = render(name, shown[name_of_method], picture, caption=caption,
+                               caveats=lines, **options.render.panel_style)
             save_png(os.path.join(plan.output, relative), array)
         for name_of_method, relative in naming.raw_items(raw):
             save_npy(os.path.join(plan.output, relative),
                      entry.maps[name_of_method].astype(np.float32))
         targets.append({"class": entry.target, "label": label,
-                        "score": round(entry.probability, 6), "outputs": outputs, "raw": raw})
-    return record(plan, prepared.item, "ok", None, targets)
+                        "score": round(entry.probability, 6), "outputs": outputs, "raw": raw,
+                        "caveats": [caveat.as_record() for caveat in entry.caveats]})
+    return record(plan, prepared.item, "ok", None, targets, caveats)
 
 
 #: Figures are drawn one at a time: matplotlib's caches are not meant for threads.
@@ -368,7 +384,8 @@ _FIGURE_LOCK = threading.Lock()
 FIGURE_MAX_SIDE = 1024
 
 
-def _write_figure(plan: Plan, path: str, picture: np.ndarray, maps: dict, title: str) -> None:
+def _write_figure(plan: Plan, path: str, picture: np.ndarray, maps: dict, title: str,
+                  caveats: tuple[Caveat, ...] = ()) -> None:
     """Draw one explanation's matplotlib figure and write it atomically."""
     from guidedbp import plot
 
@@ -379,7 +396,8 @@ def _write_figure(plan: Plan, path: str, picture: np.ndarray, maps: dict, title:
         picture = resize_picture(picture, size)
         maps = {name: resize_map(saliency, size) for name, saliency in maps.items()}
     with _FIGURE_LOCK:
-        figure = plot.draw(picture, maps, title, cmap=style.cmap, clip=style.clip)
+        figure = plot.draw(picture, maps, title, cmap=style.cmap, clip=style.clip,
+                           caveats=[caveat.line for caveat in caveats])
         data = plot.figure_bytes(figure, output.figure, dpi=output.dpi)
     atomic_write_bytes(path, data)
 
@@ -425,8 +443,9 @@ def _check_target(plan: Plan, relative: str, pictures) -> None:
 
 
 def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict,
-                     tile: int | None) -> np.ndarray:
-    """The original, then one titled column per method, each with its colorbar.
+                     tile: int | None, caveats: tuple[Caveat, ...] = ()) -> np.ndarray:
+    """The original, then one titled column per method, each with its colorbar, and a
+    line per caveat under the caption.
 
     Signed maps (gradients) show as the signed ``color`` render; a non-negative
     coarse map (Grad-CAM) as its ``overlay`` on the picture.
@@ -435,11 +454,15 @@ def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict,
     for name, saliency in maps.items():
         drawn = "color" if method(name).signed else "overlay"
         columns.append(render_column(drawn, saliency, picture, title=name, **style))
-    return render_panel(columns, caption=caption, tile=tile)
+    return render_panel(columns, caption=caption, tile=tile,
+                        caveats=[caveat.line for caveat in caveats])
 
 
-def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict]) -> dict:
-    """One input's manifest record; the first target's fields are repeated at the top."""
+def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict],
+           caveats: list[Caveat] | tuple[Caveat, ...] = ()) -> dict:
+    """One input's manifest record; the first target's fields are repeated at the top,
+    and ``caveats`` (every class's, without repeats) are listed as
+    ``{"code", "text"[, "method"]}`` objects."""
     first = targets[0] if targets else {}
     return {
         "input": item.path,
@@ -452,4 +475,5 @@ def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict])
         "outputs": first.get("outputs", {}),
         "raw": first.get("raw"),
         "targets": targets,
+        "caveats": [caveat.as_record() for caveat in unique(caveats)],
     }

@@ -9,8 +9,14 @@ A figure shows the picture, then one column per method, each with its own colorb
   as the ``gray``, ``heatmap`` and ``overlay`` renders take it, drawn with ``cmap`` (the
   same 256-entry table as those renders) between 0 and its ``clip`` percentile.
 
-If the percentile is 0 (a very sparse map), the maximum is used, as the renders do.
-The suptitle is the panel's caption, e.g. ``"circle (class 0) p=0.998"``.
+If the percentile is 0 (a very sparse map), the maximum is used, as the renders do;
+there is no other floor, so a map of values near ``1e-14`` is drawn as the same map at 1.
+The suptitle is the panel's caption, e.g. ``"circle (class 0) p=0.998"``, followed by
+one line per caveat of the result (``"\u26a0 guided = plain gradient: the model has no
+guided activation"``; see :mod:`guidedbp.caveats`).
+
+:func:`compare` draws several results as a grid, one row per image or class and one
+column per method, each row as :func:`plot` draws it.
 
 :func:`plot_curves` draws an image's deletion or insertion curves (one line per
 method, its AUC in the legend), as ``guidedbp evaluate --plot-curves`` writes them.
@@ -21,7 +27,8 @@ state, no GUI backend, and a notebook shows one as it shows any figure.
 guidedbp's (:func:`is_own_figure` recognises the mark without importing matplotlib).
 
 The package's parts: :mod:`guidedbp.plot.files` (figure files), :mod:`guidedbp.plot.curves`
-(the games' curves); what they share is in ``_common``.
+(the games' curves); what they share is in ``_common``; the result figures' columns and
+axes are drawn in ``_figure``.
 
 matplotlib is imported only inside the functions that draw, so ``import guidedbp.plot``
 works without it; drawing without it raises :class:`PlotUnavailable`.
@@ -37,27 +44,30 @@ works without it; drawing without it raises :class:`PlotUnavailable`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from guidedbp.engine.methods import method
 from guidedbp.errors import ArgumentError
-from guidedbp.plot._common import (
-    FONT_SIZE,
-    INSTALL_HINT,
-    PlotUnavailable,
-    freeze_layout,
-    positive,
-    require_matplotlib,
+from guidedbp.plot._common import INSTALL_HINT, PlotUnavailable, positive, require_matplotlib
+from guidedbp.plot._figure import (
+    SIGNED_COLORMAP,
+    _caption,
+    _check_clip,
+    _check_figsize,
+    _column,
+    _figure,
+    _fit_picture,
+    _grid,
+    _picture_and_maps,
+    _Row,
+    _select,
+    _sequential_colormap,
 )
 from guidedbp.plot.curves import plot_curves
 from guidedbp.plot.files import FIGURE_FORMATS, figure_bytes, is_own_figure, is_whole_figure
-from guidedbp.render.colormaps import COLORMAPS, DEFAULT_COLORMAP, colormap_lut
+from guidedbp.render.colormaps import DEFAULT_COLORMAP
 from guidedbp.render.maps import DEFAULT_CLIP
-from guidedbp.render.options import OUTPUT_SIZES
-from guidedbp.render.panel import _as_rgb
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -71,32 +81,11 @@ __all__ = [
     "figure_bytes",
     "is_own_figure",
     "is_whole_figure",
+    "compare",
     "plot",
     "plot_curves",
     "require_matplotlib",
 ]
-
-#: The diverging colormap of signed maps (matplotlib's; red is positive).
-SIGNED_COLORMAP = "RdBu_r"
-_PICTURE_TITLE = "image"
-
-
-@dataclass(frozen=True)
-class _Column:
-    """One method's column: the 2-D array drawn and how it is scaled."""
-
-    name: str
-    values: np.ndarray  # (H, W) float64
-    signed: bool
-    limit: float  # the colour scale's top; a signed one also goes down to -limit
-    channels: int  # how many channels were reduced to one
-
-    @property
-    def note(self) -> str:
-        """What the column shows, in a few words (written under it)."""
-        if self.signed:
-            return "gradient, sum over channels" if self.channels > 1 else "gradient"
-        return "magnitude, max |\u00b7| over channels" if self.channels > 1 else "magnitude"
 
 
 def plot(
@@ -138,42 +127,118 @@ def plot(
     'circle (class 0) p=1.000'
     """
     require_matplotlib()
-    if size not in OUTPUT_SIZES:
-        raise ArgumentError(f"size={size!r} is not one of {', '.join(OUTPUT_SIZES)}")
-    if figsize is not None and not (isinstance(figsize, (tuple, list)) and len(figsize) == 2
-                                    and all(positive(side) for side in figsize)):
-        raise ArgumentError(f"figsize={figsize!r} must be (width, height) in inches, "
-                            "both positive")
-    missing = [name for name in ("image", "fitted", "maps", "original_maps", "target",
-                                 "probability", "label") if not hasattr(result, name)]
-    if missing:
-        raise ArgumentError(f"result must be what guidedbp.explain_image returns; a "
-                            f"{type(result).__name__} has no {', '.join(missing)}")
-    if size == "original":
-        picture, maps = result.image, result.original_maps()
+    _check_figsize(figsize)
+    picture, maps = _picture_and_maps(result, size)
+    maps = _select(maps, methods)
+    caveats = [caveat.line for caveat in getattr(result, "caveats", ())
+               if any(caveat.concerns(name) for name in maps)]
+    return _draw(picture, maps, _caption(result), cmap, clip, 3.0,
+                 None if figsize is None else tuple(float(side) for side in figsize), caveats)
+
+
+def compare(
+    results: Sequence,
+    *,
+    methods: str | Sequence[str] | None = None,
+    cmap: str = DEFAULT_COLORMAP,
+    clip: float = DEFAULT_CLIP,
+    size: str = "original",
+    title: str | None = None,
+    figsize: tuple[float, float] | None = None,
+) -> Figure:
+    """Draw several explanations as a grid: one row per result, one column per method.
+
+    Each row is what :func:`plot` draws for that result (the same picture, the same
+    values and colour limits for each map, each map with its own colorbar): the
+    results may be of several images, or of one image for several classes
+    (``explain_image(..., target=...)`` once per class). The method names title the
+    top row; each row's picture is labelled, on its left, with the image's file name
+    and the class explained with its probability, and, under it, with the result's
+    caveats.
+
+    Args:
+        results: What :func:`guidedbp.explain_image` returns, one per row (duck-typed
+            as for :func:`plot`).
+        methods: The columns, in order (``"guided,gradcam"`` or a sequence); ``None``:
+            the methods of the results, which must then hold the same ones.
+        cmap, clip, size: As for :func:`plot`.
+        title: The figure's title (suptitle); ``None``: none.
+        figsize: ``(width, height)`` in inches; ``None`` sizes columns 3 inches wide.
+
+    Returns:
+        A :class:`matplotlib.figure.Figure` whose first ``len(results) * (1 + methods)``
+        axes are the grid, row by row (picture, then each method); the colorbars are
+        insets of their maps.
+
+    Raises:
+        PlotUnavailable: Without matplotlib.
+        ArgumentError: No results, a result without maps or without one of
+            ``methods``, results with different methods (and ``methods=None``), or a
+            bad ``size``, ``cmap``, ``clip`` or ``figsize``.
+
+    >>> import guidedbp
+    >>> circle = "sample_images/shapes/circle_0.png"
+    >>> results = [guidedbp.explain_image("demo", circle, target=name,
+    ...                                   methods="guided,gradcam")
+    ...            for name in ("circle", "square")]  # doctest: +SKIP
+    >>> figure = compare(results)  # doctest: +SKIP
+    >>> [axis.get_title() for axis in figure.axes[:3]]  # doctest: +SKIP
+    ['image', 'guided', 'gradcam']
+    """
+    require_matplotlib()
+    _check_figsize(figsize)
+    if title is not None and not isinstance(title, str):
+        raise ArgumentError(f"title must be a string or None, got {type(title).__name__}")
+    if hasattr(results, "maps"):  # one result: a grid of one row
+        results = [results]
+    if isinstance(results, (str, bytes)) or not isinstance(results, Sequence) or not results:
+        raise ArgumentError(f"results must be a non-empty sequence of what "
+                            f"guidedbp.explain_image returns, got {results!r:.60}")
+    clip = _check_clip(clip)
+    sequential = _sequential_colormap(cmap)
+    rows = []
+    for index, result in enumerate(results):
+        picture, maps = _picture_and_maps(result, size, f"results[{index}]")
+        try:
+            maps = _select(maps, methods)
+        except ArgumentError as error:
+            raise ArgumentError(f"results[{index}]: {error}") from None
+        if rows and list(maps) != [column.name for column in rows[0].columns]:
+            raise ArgumentError(
+                f"results[{index}] holds the methods {', '.join(maps)}, results[0] "
+                f"{', '.join(column.name for column in rows[0].columns)}: choose the "
+                "columns with methods=")
+        columns = [_column(name, values, clip) for name, values in maps.items()]
+        rows.append(_Row(_fit_picture(picture, columns), columns, _row_label(result),
+                         _caveat_lines(result, maps)))
+    if figsize is None:
+        count = len(rows[0].columns)
+        figsize = (3.0 * (1 + count) + 0.6 * count + 0.4,
+                   sum(3.0 * min(row.picture.shape[0] / row.picture.shape[1], 3.0) + 0.8
+                       for row in rows) + (0.4 if title else 0.0))
     else:
-        picture, maps = result.fitted, result.maps
-    return _draw(picture, _select(maps, methods), _caption(result), cmap, clip, 3.0,
-                 None if figsize is None else tuple(float(side) for side in figsize))
+        figsize = tuple(float(side) for side in figsize)
+    return _grid(rows, title, sequential, figsize)
 
 
-def _select(maps: Mapping[str, np.ndarray], methods) -> dict[str, np.ndarray]:
-    if methods is None:
-        return dict(maps)
-    names = methods.split(",") if isinstance(methods, str) else list(methods)
-    names = [str(name).strip() for name in names if str(name).strip()]
-    unknown = [name for name in names if name not in maps]
-    if unknown or not names:
-        raise ArgumentError(f"methods={methods!r}: choose from the result's methods, "
-                            f"{', '.join(maps) or 'none'}")
-    return {name: maps[name] for name in dict.fromkeys(names)}
+def _row_label(result) -> str:
+    """``"circle_0.png\ncircle (class 0) p=0.998"``: the file (when the result has a
+    ``path``) and the caption."""
+    import os
+
+    path = getattr(result, "path", None)
+    caption = _caption(result)
+    return f"{os.path.basename(os.fspath(path))}\n{caption}" if path else caption
 
 
-def _caption(result) -> str:
-    """The panel's caption: ``"circle (class 0) p=0.998"``, or ``"class 3 p=0.500"``."""
-    target, label = int(result.target), result.label
-    named_class = f"{label} (class {target})" if label else f"class {target}"
-    return f"{named_class} p={float(result.probability):.3f}"
+def _caveat_lines(result, maps) -> str:
+    """The result's caveats that concern ``maps``, wrapped to a column's width."""
+    import textwrap
+
+    lines = [caveat.line for caveat in getattr(result, "caveats", ())
+             if any(caveat.concerns(name) for name in maps)]
+    return "\n".join(wrapped for line in lines
+                     for wrapped in textwrap.wrap(f"\u26a0 {line}", 36))
 
 
 def draw(
@@ -184,6 +249,7 @@ def draw(
     cmap: str = DEFAULT_COLORMAP,
     clip: float = DEFAULT_CLIP,
     column_width: float = 3.0,
+    caveats: Sequence[str] = (),
 ) -> Figure:
     """Draw a picture and its maps side by side, each map with a colorbar.
 
@@ -203,6 +269,9 @@ def draw(
         cmap: Colormap of magnitude maps, one of :data:`guidedbp.render.COLORMAPS`.
         clip: Percentile in (0, 100] of each map's absolute value that ends its scale.
         column_width: Width of each column in inches.
+        caveats: Sentences that make the maps less meaningful (a
+            :attr:`guidedbp.caveats.Caveat.line` each), one line each under the title,
+            after a warning sign.
 
     Returns:
         A :class:`matplotlib.figure.Figure` whose ``axes`` are ``1 + len(maps)`` image
@@ -222,15 +291,19 @@ def draw(
     (['image', 'gradcam'], 'class 0 p=1.000')
     """
     require_matplotlib()
-    return _draw(picture, maps, title, cmap, clip, column_width, None)
+    return _draw(picture, maps, title, cmap, clip, column_width, None, caveats)
 
 
-def _draw(picture, maps, title, cmap, clip, column_width, figsize) -> Figure:
+def _draw(picture, maps, title, cmap, clip, column_width, figsize, caveats=()) -> Figure:
     """:func:`draw`, checking its arguments; ``figsize`` replaces the one made of
     ``column_width``."""
     clip = _check_clip(clip)
     if not isinstance(title, str):
         raise ArgumentError(f"title must be a string, got {type(title).__name__}")
+    if isinstance(caveats, str) or not all(isinstance(line, str) for line in caveats):
+        raise ArgumentError(f"caveats must be a sequence of strings, got {caveats!r:.60}")
+    # Under the title, where a reader cannot miss them: the figure is not an ordinary one.
+    title = "\n".join([title, *(f"\u26a0 {line}" for line in caveats)]).strip("\n")
     if not positive(column_width):
         raise ArgumentError(f"column_width={column_width!r} must be a positive number "
                             "of inches")
@@ -238,116 +311,13 @@ def _draw(picture, maps, title, cmap, clip, column_width, figsize) -> Figure:
         raise ArgumentError(f"maps must map method names to maps, got {maps!r:.60}")
     sequential = _sequential_colormap(cmap)
     columns = [_column(name, values, clip) for name, values in maps.items()]
-    sizes = {column.values.shape for column in columns}
-    if len(sizes) != 1:
-        raise ArgumentError("maps must all have the same size, got " + ", ".join(
-            f"{column.name} {column.values.shape[0]}x{column.values.shape[1]}"
-            for column in columns))
-    (size,) = sizes
-    try:
-        rgb = _as_rgb(picture, "picture", size)
-    except ValueError as error:
-        raise ArgumentError(str(error)) from None
-    if rgb.shape[:2] != size:
-        raise ArgumentError(f"picture has size {rgb.shape[0]}x{rgb.shape[1]} (H x W) but the "
-                            f"maps have {size[0]}x{size[1]}; resize one to the other first")
+    rgb = _fit_picture(picture, columns)
+    size = rgb.shape[:2]
     if figsize is None:
         height, width = size
         # Each column has the picture's aspect, plus room for titles and colorbar ticks.
         figsize = (column_width * (1 + len(columns)) + 0.6 * len(columns),
-                   column_width * min(height / width, 3.0) + 0.7)
+                   column_width * min(height / width, 3.0) + 0.7 + 0.2 * len(caveats))
     return _figure(rgb, columns, title, sequential, figsize)
 
 
-def _check_clip(clip) -> float:
-    if not positive(clip) or float(clip) > 100.0:
-        raise ArgumentError(f"clip={clip!r} must be a percentile in (0, 100]")
-    return float(clip)
-
-
-def _sequential_colormap(cmap):
-    """guidedbp's own table for ``cmap``, so figures match the PNG renders' colours."""
-    from matplotlib.colors import ListedColormap
-
-    if not isinstance(cmap, str) or cmap not in COLORMAPS:
-        raise ArgumentError(f"cmap={cmap!r} is not one of {', '.join(COLORMAPS)}")
-    return ListedColormap(colormap_lut(cmap) / 255.0, name=cmap)
-
-
-def _column(name: str, values, clip: float) -> _Column:
-    signed = method(name).signed  # an unknown name raises, listing the known ones
-    array = np.asarray(values)
-    if array.ndim == 2:
-        array = array[:, :, np.newaxis]
-    if array.ndim != 3 or array.shape[2] not in (1, 3) or 0 in array.shape:
-        raise ArgumentError(f"maps[{name!r}] must have shape (H, W), (H, W, 1) or (H, W, 3), "
-                            f"got shape {np.shape(values)}")
-    if array.dtype.kind not in "biuf":
-        raise ArgumentError(f"maps[{name!r}] must be a real array, got dtype {array.dtype}")
-    array = array.astype(np.float64)
-    if not np.all(np.isfinite(array)):
-        raise ArgumentError(f"maps[{name!r}] must be finite, got NaN or infinite values")
-    drawn = array.sum(axis=2) if signed else np.abs(array).max(axis=2)
-    return _Column(name, drawn, signed, _limit(np.abs(drawn), clip), array.shape[2])
-
-
-def _limit(magnitudes: np.ndarray, clip: float) -> float:
-    """The ``clip`` percentile of ``magnitudes``; their maximum where that is 0 (as the
-    renders do), and 1 for an all-zero map (any scale shows it)."""
-    limit = float(np.percentile(magnitudes, clip, method="linear"))
-    if limit <= 0.0:
-        limit = float(magnitudes.max())
-    return limit if limit > 0.0 else 1.0
-
-
-def _figure(rgb: np.ndarray, columns: list[_Column], title: str, sequential,
-            figsize: tuple[float, float]) -> Figure:
-    import matplotlib.style
-    from matplotlib.colors import Normalize
-    from matplotlib.figure import Figure
-
-    # The library's defaults, not the notebook's style: a figure looks (and saves) the
-    # same in every session.
-    with matplotlib.style.context("default"), matplotlib.rc_context({"font.size": FONT_SIZE}):
-        figure = Figure(figsize=figsize, layout="constrained")
-        figure.get_layout_engine().set(w_pad=0.04, h_pad=0.04, wspace=0.06)
-        axes = figure.subplots(1, 1 + len(columns), squeeze=False)[0]
-        _show(axes[0], rgb, _PICTURE_TITLE)
-        bars = []
-        for axis, column in zip(axes[1:], columns):
-            if column.signed:
-                norm = Normalize(vmin=-column.limit, vmax=column.limit)
-                colormap = SIGNED_COLORMAP
-            else:
-                norm = Normalize(vmin=0.0, vmax=column.limit)
-                colormap = sequential
-            image = _show(axis, column.values, column.name, cmap=colormap, norm=norm)
-            bars.append((axis, image, column))
-        for axis, image, column in bars:
-            _colorbar(figure, axis, image, column)
-        figure.suptitle(title, fontsize=FONT_SIZE + 2)
-        freeze_layout(figure)
-    return figure
-
-
-def _show(axis, values: np.ndarray, title: str, **style):
-    image = axis.imshow(values, **style)
-    axis.set_title(title)
-    axis.set_xticks([])
-    axis.set_yticks([])
-    return image
-
-
-def _colorbar(figure, axis, image, column: _Column) -> None:
-    low, high = image.norm.vmin, image.norm.vmax
-    below = column.signed and float(column.values.min()) < low
-    above = float(column.values.max()) > high
-    extend = {(True, True): "both", (True, False): "min", (False, True): "max"}.get(
-        (below, above), "neither")
-    # An inset beside the picture is exactly as tall as it, whatever the aspect.
-    holder = axis.inset_axes([1.04, 0.0, 0.06, 1.0])
-    bar = figure.colorbar(image, cax=holder, extend=extend)
-    bar.ax.tick_params(labelsize=FONT_SIZE - 2)
-    bar.formatter.set_powerlimits((-2, 3))
-    # Under the map, not along the bar: a wide picture's bar is too short for words.
-    axis.set_xlabel(column.note, fontsize=FONT_SIZE - 1)

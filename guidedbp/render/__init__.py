@@ -38,6 +38,7 @@ from guidedbp.render.maps import (
 )
 from guidedbp.render.panel import (
     DEFAULT_TILE,
+    MAX_TILE,
     MIN_TILE,
     PANEL_GAP,
     PANEL_MARGIN,
@@ -53,6 +54,7 @@ __all__ = [
     "DEFAULT_COLORMAP",
     "DEFAULT_RENDERS",
     "DEFAULT_TILE",
+    "MAX_TILE",
     "MIN_TILE",
     "PANEL_GAP",
     "PANEL_MARGIN",

@@ -35,6 +35,8 @@ from importlib import resources
 
 import numpy as np
 
+from guidedbp._text import did_you_mean
+
 __all__ = ["COLORMAPS", "DEFAULT_COLORMAP", "apply_colormap", "colormap_lut", "colormap_names"]
 
 #: Names of the shipped colormaps, in the order the CLI lists them.
@@ -70,7 +72,9 @@ def _load_tables() -> dict[str, np.ndarray]:
 
 def _table(name: str) -> np.ndarray:
     if name not in COLORMAPS:
-        raise ValueError(f"unknown colormap {name!r}; expected one of: {', '.join(COLORMAPS)}")
+        hint = did_you_mean(name, COLORMAPS)
+        raise ValueError(f"unknown colormap {name!r}{f' ({hint})' if hint else ''}; expected "
+                         f"one of: {', '.join(COLORMAPS)}")
     tables = _load_tables()
     if name not in tables:  # only if the data file and COLORMAPS disagree
         raise ValueError(f"colormap {name!r} is missing from {_DATA_FILE}")

@@ -20,8 +20,10 @@ Renders (:data:`RENDERS`):
 
 - ``color``: the classic guided-backprop picture (Springenberg et al., 2015,
   "Striving for Simplicity: The All Convolutional Net", arXiv:1412.6806), the
-  signed gradient normalised per image as in Keras' ``deprocess_image``:
-  ``clip((x - mean) / (std + 1e-12) * 0.1 + 0.5, 0, 1)``.
+  signed gradient normalised per image as in Keras' ``deprocess_image``, but by the
+  map's own statistics whatever their magnitude (no ``1e-12`` floor: a map of values
+  near ``1e-14`` shows as much contrast as the same map at 1; only a constant map is flat):
+  ``clip((x - mean) / std * 0.1 + 0.5, 0, 1)``.
 - ``gray``: the magnitude ``max_c |g|`` scaled so its ``clip`` percentile is white.
 - ``heatmap``: ``gray`` through a colormap (default ``inferno``).
 - ``overlay``: ``heatmap`` blended onto the image.
@@ -49,9 +51,11 @@ BSD-style, Battelle/PNNL; turbo: Apache-2.0, Google) is described in
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
+from guidedbp._text import did_you_mean
 from guidedbp.render.colormaps import DEFAULT_COLORMAP, colormap_lut
 from guidedbp.render.panel import DEFAULT_TILE, Column, Scale, _as_rgb, render_panel
 
@@ -82,7 +86,6 @@ DEFAULT_ALPHA = 0.5
 #: Values rendered at a time: float64 work arrays stay near 16 MB whatever the map's size.
 STRIP_VALUES = 1 << 21
 
-_STD_EPSILON = 1e-12  # added to the standard deviation, as in Keras' deprocess_image
 _COLOR_SCALE = 0.1  # one standard deviation becomes 0.1 of the intensity range
 
 
@@ -192,31 +195,37 @@ def _gray_and_ceiling(saliency: np.ndarray, clip: float) -> tuple[np.ndarray, fl
     return gray, max(ceiling, 0.0)
 
 
-def _mean_std(values: np.ndarray, strips: list[slice]) -> tuple[float, float]:
-    """The mean of ``values`` and the standard deviation of ``values - mean``, in float64.
+def _mean_std(values: np.ndarray, strips: list[slice], factor: float = 1.0
+              ) -> tuple[float, float]:
+    """The mean of ``values * factor`` and the standard deviation of its difference from
+    that mean, in float64.
 
     One strip: numpy's own ``mean`` and ``std``. Several: the same sums, strip by strip.
     """
+    def part(rows: slice) -> np.ndarray:
+        return values[rows].astype(np.float64) * factor
+
     if len(strips) == 1:
-        whole = values.astype(np.float64)
+        whole = part(strips[0])
         mean = whole.mean()
         return mean, (whole - mean).std()
     count = values.size
-    mean = sum(float(values[rows].astype(np.float64).sum()) for rows in strips) / count
+    mean = sum(float(part(rows).sum()) for rows in strips) / count
     # numpy's std of the centred values subtracts their own (almost zero) mean too.
-    centred_mean = sum(float((values[rows].astype(np.float64) - mean).sum())
-                       for rows in strips) / count
-    squares = sum(float(np.square(values[rows].astype(np.float64) - mean - centred_mean).sum())
-                  for rows in strips)
+    centred_mean = sum(float((part(rows) - mean).sum()) for rows in strips) / count
+    squares = sum(float(np.square(part(rows) - mean - centred_mean).sum()) for rows in strips)
     return mean, math.sqrt(squares / count)
 
 
 def render_color(saliency: np.ndarray) -> np.ndarray:
     """Render the signed gradient as the classic guided-backprop colour picture.
 
-    Each value becomes ``clip((x - mean) / (std + 1e-12) * 0.1 + 0.5, 0, 1)``,
+    Each value becomes ``clip((x - mean) / std * 0.1 + 0.5, 0, 1)``,
     with the mean and standard deviation taken over the whole map (all pixels
-    and channels), then ``floor(v * 255 + 0.5)``. Zero gradient is mid-gray.
+    and channels), then ``floor(v * 255 + 0.5)``. Zero gradient is mid-gray. The
+    map is first scaled by the power of two that brings its largest magnitude into
+    [0.5, 1), which is exact: a map and the same map times any power of two give the
+    same bytes, however small (1e-14) or large its values.
 
     Args:
         saliency: Real array of shape ``(H, W, 1)`` or ``(H, W, 3)``; a single
@@ -242,20 +251,29 @@ def _color_and_range(saliency: np.ndarray) -> tuple[np.ndarray, tuple[float, flo
     values = _check_saliency(saliency)
     strips = _strips(values.shape)
     rgb = np.empty((*values.shape[:2], 3), dtype=np.uint8)
-    if values.max() == values.min():
+    highest, lowest = float(values.max()), float(values.min())
+    flat = highest == lowest
+    if not flat:
+        # No floor on the scale: a power of two (exact) brings the map near 1, so its
+        # statistics neither underflow nor depend on its magnitude.
+        unit = math.ldexp(1.0, -math.frexp(max(abs(highest), abs(lowest)))[1])
+        mean, std = _mean_std(values, strips, unit)
+        flat = not std > 0.0
+    if flat:
         # A constant map has no contrast; without this a float rounding residue in
         # x - mean would be divided by a ~0 std and blow up to black or white.
         rgb[...] = _to_uint8(np.float64(0.5))
         value = float(values.flat[0])
         return rgb, (value, value, value)
-    mean, std = _mean_std(values, strips)
     for rows in strips:
-        scaled = (values[rows].astype(np.float64) - mean) / (std + _STD_EPSILON)
+        scaled = values[rows].astype(np.float64) * unit
+        scaled -= mean
+        scaled /= std
         scaled *= _COLOR_SCALE
         scaled += 0.5
         rgb[rows] = _to_uint8(np.clip(scaled, 0.0, 1.0))  # one channel is broadcast to three
-    reach = 0.5 / _COLOR_SCALE * (std + _STD_EPSILON)  # from mid-gray to white
-    return rgb, (mean - reach, mean, mean + reach)
+    reach = 0.5 / _COLOR_SCALE * std  # from mid-gray to white
+    return rgb, ((mean - reach) / unit, mean / unit, (mean + reach) / unit)
 
 
 def render_gray(saliency: np.ndarray, clip: float = DEFAULT_CLIP) -> np.ndarray:
@@ -368,6 +386,7 @@ def render(
     alpha: float = DEFAULT_ALPHA,
     caption: str | None = None,
     tile: int | None = DEFAULT_TILE,
+    caveats: Sequence[str] = (),
 ) -> np.ndarray:
     """Make one of :data:`RENDERS` by name.
 
@@ -385,6 +404,8 @@ def render(
         clip: Magnitude percentile for ``gray``, ``heatmap``, ``overlay``, ``panel``.
         alpha: Heatmap weight for ``overlay`` and ``panel``.
         caption: Caption for ``panel``; ignored otherwise.
+        caveats: Lines drawn under the caption of a ``panel`` (see
+            :func:`~guidedbp.render.render_panel`); ignored otherwise.
         tile: Tile size for ``panel`` (``None``: the map's own size); ignored otherwise.
 
     Returns:
@@ -414,8 +435,10 @@ def render(
         columns += [render_column(name, saliency, image, cmap=cmap, clip=clip, alpha=alpha)
                     for name in ("color", "gray", "overlay") if image is not None or
                     name != "overlay"]
-        return render_panel(columns, caption=caption, tile=tile)
-    raise ValueError(f"unknown render {name!r}; expected one of: {', '.join(RENDERS)}")
+        return render_panel(columns, caption=caption, tile=tile, caveats=caveats)
+    hint = did_you_mean(name, RENDERS)
+    raise ValueError(f"unknown render {name!r}{f' ({hint})' if hint else ''}; expected one "
+                     f"of: {', '.join(RENDERS)}")
 
 
 def render_column(

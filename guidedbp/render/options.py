@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from guidedbp._text import did_you_mean
 from guidedbp.errors import ArgumentError
 from guidedbp.render.colormaps import COLORMAPS, DEFAULT_COLORMAP
 from guidedbp.render.maps import DEFAULT_ALPHA, DEFAULT_CLIP, DEFAULT_RENDERS, RENDERS
-from guidedbp.render.panel import DEFAULT_TILE, MIN_TILE
+from guidedbp.render.panel import DEFAULT_TILE, MAX_TILE, MIN_TILE
 
 #: Where maps are drawn: at the image's own size, or at the model's input size.
 OUTPUT_SIZES = ("original", "model")
@@ -29,7 +30,8 @@ class RenderOptions:
         alpha: Heatmap weight in the overlay, in [0, 1].
         output_size: ``"original"`` (the image's size) or ``"model"`` (its input size).
         tile: Pixels on the longer side of each picture in a panel (small pictures are
-            enlarged, nearest-neighbour; large ones reduced).
+            enlarged, nearest-neighbour; large ones reduced), from
+            :data:`~guidedbp.render.MIN_TILE` to :data:`~guidedbp.render.MAX_TILE`.
     """
 
     renders: tuple[str, ...] = DEFAULT_RENDERS
@@ -47,9 +49,13 @@ class RenderOptions:
             object.__setattr__(self, "renders", tuple(self.renders))
         unknown = [name for name in self.renders if name not in RENDERS]
         if unknown or not self.renders:
-            raise ArgumentError(f"renders={self.renders!r}: choose from {', '.join(RENDERS)}")
+            hint = did_you_mean(unknown[0], RENDERS) if unknown else ""
+            raise ArgumentError(f"renders={self.renders!r}: choose from {', '.join(RENDERS)}"
+                                + (f" ({hint})" if hint else ""))
         if self.cmap not in COLORMAPS:
-            raise ArgumentError(f"cmap={self.cmap!r} is not one of {', '.join(COLORMAPS)}")
+            hint = did_you_mean(self.cmap, COLORMAPS)
+            raise ArgumentError(f"cmap={self.cmap!r} is not one of {', '.join(COLORMAPS)}"
+                                + (f" ({hint})" if hint else ""))
         if isinstance(self.clip, bool) or not isinstance(self.clip, (int, float)) \
                 or not 0 < self.clip <= 100:
             raise ArgumentError(f"clip={self.clip!r} must be a percentile in (0, 100]")
@@ -60,9 +66,9 @@ class RenderOptions:
             raise ArgumentError(
                 f"output_size={self.output_size!r} is not one of {', '.join(OUTPUT_SIZES)}")
         if isinstance(self.tile, bool) or not isinstance(self.tile, int) \
-                or self.tile < MIN_TILE:
-            raise ArgumentError(f"tile={self.tile!r} must be a whole number of pixels, at least "
-                                f"{MIN_TILE}")
+                or not MIN_TILE <= self.tile <= MAX_TILE:
+            raise ArgumentError(f"tile={self.tile!r} must be a whole number of pixels from "
+                                f"{MIN_TILE} to {MAX_TILE}")
 
     @property
     def style(self) -> dict:

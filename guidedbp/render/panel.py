@@ -30,6 +30,8 @@ __all__ = ["DEFAULT_TILE", "PANEL_GAP", "PANEL_MARGIN", "Column", "Scale", "rend
 DEFAULT_TILE = 224
 #: The smallest tile a panel accepts (text needs room under each picture).
 MIN_TILE = 64
+#: The largest: a panel of a dozen such pictures is already about 600 MB.
+MAX_TILE = 4096
 #: White pixels between two panel columns.
 PANEL_GAP = 8
 #: White pixels around the whole panel.
@@ -38,6 +40,7 @@ PANEL_MARGIN = 8
 _CAPTION_SIZE = 16  # font sizes, in pixels
 _TITLE_SIZE = 14
 _TICK_SIZE = 12
+_CAVEAT_SIZE = 13
 _LINE_GAP = 2  # pixels between two lines of text
 _BAR_HEIGHT = 10
 _BAR_GAP = 4  # between a picture and its colorbar, and the bar and its labels
@@ -45,6 +48,9 @@ _MAX_LINES = 3  # a caption or title longer than this many lines ends in "..."
 _WHITE = (255, 255, 255)
 _BLACK = (0, 0, 0)
 _BAR_EDGE = (96, 96, 96)
+_CAVEAT_INK = (170, 30, 0)  # a caveat's text: dark red, unlike every other word
+_ICON_FILL = (255, 176, 0)  # the warning triangle before it
+_ICON_GAP = 4  # between the triangle and the text
 _TICK_SPACE = 8  # the least room between two tick labels
 
 
@@ -187,6 +193,25 @@ def _draw_lines(canvas: Image.Image, lines: list[str], left: int, top: int, widt
                   anchor="ma")
 
 
+def _icon_side() -> int:
+    return _line_height(_CAVEAT_SIZE)
+
+
+def _draw_caveats(canvas: Image.Image, blocks: list[list[str]], left: int, top: int) -> None:
+    """Each caveat's lines left-aligned from ``left``, after a warning triangle."""
+    draw, font = ImageDraw.Draw(canvas), _font(_CAVEAT_SIZE)
+    side, step = _icon_side(), _line_height(_CAVEAT_SIZE) + _LINE_GAP
+    for lines in blocks:
+        draw.polygon([(left, top + side - 1), (left + side - 1, top + side - 1),
+                      (left + (side - 1) / 2, top)], fill=_ICON_FILL, outline=_CAVEAT_INK)
+        draw.text((left + side / 2, top + side * 0.3), "!", fill=_BLACK,
+                  font=_font(max(6, side * 2 // 3)), anchor="ma")
+        for number, line in enumerate(lines):
+            draw.text((left + side + _ICON_GAP, top + number * step), line, fill=_CAVEAT_INK,
+                      font=font)
+        top += _text_height(len(lines), _CAVEAT_SIZE)
+
+
 def _text_height(lines: int, size: int) -> int:
     return 0 if lines == 0 else lines * (_line_height(size) + _LINE_GAP)
 
@@ -248,13 +273,15 @@ def _columns_of(columns: Sequence) -> list[Column]:
 
 
 def render_panel(
-    columns: Sequence, caption: str | None = None, tile: int | None = DEFAULT_TILE
+    columns: Sequence, caption: str | None = None, tile: int | None = DEFAULT_TILE,
+    caveats: Sequence[str] = (),
 ) -> np.ndarray:
     """Lay pictures side by side on white, each titled above and, with a scale, barred below.
 
     Layout, top to bottom, inside a :data:`PANEL_MARGIN` white margin: the caption
-    (if non-empty, wrapped across the panel), the column titles (if any is non-empty,
-    each wrapped within its column), the pictures separated by :data:`PANEL_GAP` white
+    (if non-empty, wrapped across the panel), one line per caveat (a warning triangle,
+    then the text in dark red, wrapped across the panel), the column titles (if any is
+    non-empty, each wrapped within its column), the pictures separated by :data:`PANEL_GAP` white
     pixels, and (if any column has a :class:`Scale`) a colorbar under each such
     picture with its tick labels. Text wraps at spaces (a word wider than its column is
     broken) and is cut with "..." after three lines.
@@ -264,6 +291,9 @@ def render_panel(
             ``(title, picture, scale)`` tuples; each picture is ``uint8`` of shape
             ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)``, all of the same ``H``.
         caption: Optional text above, e.g. ``"tabby (class 281) p=0.873"``.
+        caveats: Sentences that make the maps less meaningful (e.g. ``"guided = plain
+            gradient: the model has no guided activation"``), drawn under the caption so
+            that the panel cannot be read as an ordinary one.
         tile: Pixels on the longer side of the tiles: every picture is scaled by the
             one factor ``tile / max(H, widest W)``, nearest-neighbour when enlarging and
             area-averaging when reducing. ``None``: pictures as they are.
@@ -274,9 +304,9 @@ def render_panel(
 
     Raises:
         ValueError: If ``columns`` is empty, an item is not a pair, a picture is not
-            ``uint8`` of a valid shape, the heights differ, or ``tile`` is below
-            :data:`MIN_TILE`.
-        TypeError: If a title or the caption is not a string, or a scale not a
+            ``uint8`` of a valid shape, the heights differ, or ``tile`` is not from
+            :data:`MIN_TILE` to :data:`MAX_TILE`.
+        TypeError: If a title, the caption or a caveat is not a string, or a scale not a
             :class:`Scale`.
 
     >>> panel = render_panel([("a", np.zeros((8, 5), np.uint8))], tile=64)
@@ -285,10 +315,12 @@ def render_panel(
     """
     if caption is not None and not isinstance(caption, str):
         raise TypeError(f"caption must be a string or None, got {type(caption).__name__}")
+    if isinstance(caveats, str) or not all(isinstance(text, str) for text in caveats):
+        raise TypeError(f"caveats must be a sequence of strings, got {caveats!r:.60}")
     if tile is not None and (isinstance(tile, bool) or not isinstance(tile, (int, np.integer))
-                             or tile < MIN_TILE):
-        raise ValueError(f"tile must be an integer of at least {MIN_TILE} pixels or None, "
-                         f"got {tile!r}")
+                             or not MIN_TILE <= tile <= MAX_TILE):
+        raise ValueError(f"tile must be an integer from {MIN_TILE} to {MAX_TILE} pixels or "
+                         f"None, got {tile!r}")
     prepared = _columns_of(columns)
     if tile is not None:
         longest = max(prepared[0].picture.shape[0],
@@ -299,14 +331,19 @@ def render_panel(
     widths = [column.picture.shape[1] for column in prepared]
     inner = sum(widths) + PANEL_GAP * (len(prepared) - 1)
     caption_lines = _wrap(caption, inner, _CAPTION_SIZE) if caption else []
+    caveat_blocks = [_wrap(text, max(1, inner - _icon_side() - _ICON_GAP), _CAVEAT_SIZE)
+                     for text in caveats if text.strip()]
     titles = [_wrap(column.title, width, _TITLE_SIZE) for column, width in zip(prepared, widths)]
     title_rows = max(len(lines) for lines in titles)
     has_bars = any(column.scale is not None for column in prepared)
 
     height = prepared[0].picture.shape[0]
     caption_top = PANEL_MARGIN
-    titles_top = caption_top + _text_height(len(caption_lines), _CAPTION_SIZE) + (
+    caveats_top = caption_top + _text_height(len(caption_lines), _CAPTION_SIZE) + (
         _LINE_GAP * 2 if caption_lines else 0)
+    titles_top = caveats_top + sum(_text_height(len(lines), _CAVEAT_SIZE)
+                                   for lines in caveat_blocks) + (
+        _LINE_GAP * 2 if caveat_blocks else 0)
     pictures_top = titles_top + _text_height(title_rows, _TITLE_SIZE)
     bars_top = pictures_top + height
     total = (bars_top + (_bar_height() if has_bars else 0) + PANEL_MARGIN,
@@ -315,6 +352,7 @@ def render_panel(
     canvas = Image.new("RGB", (total[1], total[0]), _WHITE)
     if caption_lines:
         _draw_lines(canvas, caption_lines, PANEL_MARGIN, caption_top, inner, _CAPTION_SIZE)
+    _draw_caveats(canvas, caveat_blocks, PANEL_MARGIN, caveats_top)
     left = PANEL_MARGIN
     for column, lines, width in zip(prepared, titles, widths):
         _draw_lines(canvas, lines, left, titles_top, width, _TITLE_SIZE)

@@ -43,10 +43,9 @@ from ..imagetree import make_flat
 from ..models import colour_cnn
 
 REPO = Path(__file__).resolve().parents[2]
-#: A command that must not hang gets this long, TensorFlow's import included.
+#: A command that must not hang gets this long, TensorFlow's import included: a guard
+#: against hanging, never a measure of speed (a loaded machine may be many times slower).
 TIMEOUT = 60
-#: From Ctrl-C to the process's end, at most.
-STOP_SECONDS = 2.0
 FLAT_COUNT = 300
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
@@ -145,17 +144,22 @@ def _assert_whole_outputs(out: Path) -> list[dict]:
     return records
 
 
-def _stop(process: subprocess.Popen) -> tuple[float, str]:
-    """Send Ctrl-C; return the seconds until the process ended, and its stderr."""
-    sent = time.monotonic()
+def _stop(process: subprocess.Popen, manifest: Path) -> tuple[int, str]:
+    """Send Ctrl-C at a point of the run that the clock cannot move: the process is
+    frozen (SIGSTOP) while its manifest lines are counted and Ctrl-C is queued, and
+    receives it the moment it resumes. Returns those lines and its stderr once it ends;
+    it must end (a hang guard, not a measure of speed)."""
+    process.send_signal(signal.SIGSTOP)
+    lines = manifest.read_bytes().count(b"\n") if manifest.exists() else 0
     process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGCONT)
     try:
-        _, stderr = process.communicate(timeout=30)
+        _, stderr = process.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         process.kill()
         process.communicate()
-        pytest.fail("guidedbp did not stop within 30 s of Ctrl-C")
-    return time.monotonic() - sent, stderr.decode(errors="replace")
+        pytest.fail(f"guidedbp did not stop within {TIMEOUT} s of Ctrl-C")
+    return lines, stderr.decode(errors="replace")
 
 
 # -- the file helper -------------------------------------------------------------------------
@@ -199,10 +203,9 @@ def test_a_socket_is_refused():
 @needs_fifo
 def test_open_regular_refuses_a_fifo_at_once_and_reads_a_file(tmp_path):
     fifo = _fifo(tmp_path / "pipe")
-    started = time.monotonic()
-    with pytest.raises(NotRegularFileError, match="a FIFO"):
+    # Opening a FIFO with no writer blocks for ever: refused at once means it returns.
+    with no_hang(TIMEOUT), pytest.raises(NotRegularFileError, match="a FIFO"):
         open_regular(fifo, "r", "labels file")
-    assert time.monotonic() - started < 1
     plain = tmp_path / "plain.txt"
     plain.write_text("hello\n")
     with open_regular(plain, "r", encoding="utf-8") as handle:
@@ -347,11 +350,49 @@ def test_ctrl_c_during_start_up_exits_130_at_once(model, flat, tmp_path, entry, 
                                stderr=subprocess.PIPE)
     _wait_until_loaded(process, library)
     assert process.poll() is None, "the run ended before Ctrl-C"
-    seconds, stderr = _stop(process)
+    lines, stderr = _stop(process, out / "manifest.jsonl")
     assert process.returncode == 130, stderr
-    assert seconds <= STOP_SECONDS, (seconds, stderr)
     _assert_quiet_stop(stderr)
-    _assert_whole_outputs(out)
+    # At once: the run went no further than start-up, whatever the machine's load.
+    assert lines == 0 and _assert_whole_outputs(out) == []
+
+
+_STUCK_SCRIPT = textwrap.dedent("""
+    import signal, time
+    import click
+    from guidedbp.cli.common import Command
+
+    @click.group(cls=Command)
+    def main():
+        pass
+
+    @main.command()
+    def stuck():
+        # As a main thread held in C++ by TensorFlow: Python's handler never runs in it
+        # (SIGINT goes to a thread that has it unblocked: the Ctrl-C watcher's).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        print("stuck", flush=True)
+        time.sleep(3600)
+
+    main(["stuck"])
+""")
+
+
+def test_ctrl_c_ends_a_process_whose_main_thread_never_returns(tmp_path):
+    from guidedbp.cli.common import INTERRUPT_GRACE
+
+    assert INTERRUPT_GRACE < 2  # the README's "within 2 seconds" rests on it
+    process = subprocess.Popen([sys.executable, "-c", _STUCK_SCRIPT], env=_environment(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "stuck\n"  # the main thread is in its sleep
+    process.send_signal(signal.SIGINT)
+    try:  # only the deadline can end it: without one this sleeps for an hour
+        _, stderr = process.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        pytest.fail(f"still running {TIMEOUT} s after Ctrl-C: the deadline did not end it")
+    assert (process.returncode, stderr) == (130, "interrupted\n")
 
 
 def test_ctrl_c_mid_run_exits_130_at_once_with_whole_files(model, flat, tmp_path):
@@ -366,12 +407,12 @@ def test_ctrl_c_mid_run_exits_130_at_once_with_whole_files(model, flat, tmp_path
         assert process.poll() is None, process.stderr.read().decode(errors="replace")
         assert time.monotonic() < deadline, "no manifest line in time"
         time.sleep(0.01)
-    seconds, stderr = _stop(process)
+    lines, stderr = _stop(process, manifest)
     assert process.returncode == 130, stderr
-    assert seconds <= STOP_SECONDS, (seconds, stderr)
     _assert_quiet_stop(stderr)
     records = _assert_whole_outputs(out)
-    assert 1 <= len(records) < FLAT_COUNT
+    # At once: no record after Ctrl-C but the one it may have been delivering.
+    assert 1 <= lines <= len(records) <= lines + 1 < FLAT_COUNT
     assert all(record["status"] == "ok" for record in records)
     for record in records:
         assert np.load(out / record["raw"]).shape == (16, 16, 3)
@@ -380,9 +421,10 @@ def test_ctrl_c_mid_run_exits_130_at_once_with_whole_files(model, flat, tmp_path
 # -- the command: an 81-megapixel PNG ----------------------------------------------------------
 
 
-# Peak RSS from VmHWM, read by the process itself at its end (as benchmarks/bench.py does).
+# Peak RSS from VmHWM, read by the process itself at its end (as benchmarks/bench.py does),
+# and the CPU seconds it used (all threads): unlike wall time, the same on a loaded machine.
 _PEAK_SCRIPT = textwrap.dedent("""
-    import sys
+    import resource, sys
     from guidedbp.cli import main
     try:
         code = main(sys.argv[1:], standalone_mode=False)
@@ -390,7 +432,8 @@ _PEAK_SCRIPT = textwrap.dedent("""
         code = exit_.code
     with open("/proc/self/status") as status:
         peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-    print(code, peak)
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    print(code, peak, used.ru_utime + used.ru_stime)
 """)
 
 
@@ -406,15 +449,13 @@ def test_81_megapixel_png_is_explained_in_bounded_time_and_memory(model, tmp_pat
     del picture, draw
     assert (folder / "huge.png").stat().st_size < 2_000_000  # under Pillow's bomb limit too
     out = tmp_path / "out"
-    started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-c", _PEAK_SCRIPT, "explain", model, folder, "-o", out, "-q"],
-        env=_environment(), capture_output=True, text=True, timeout=180)
-    seconds = time.monotonic() - started
+        env=_environment(), capture_output=True, text=True, timeout=600)  # a hang guard
     assert result.returncode == 0, result.stderr
-    code, peak_kib = result.stdout.split()[-2:]
+    code, peak_kib, cpu_seconds = result.stdout.split()[-3:]
     assert code in ("0", "None"), result.stderr
-    assert seconds < 60, seconds
+    assert float(cpu_seconds) < 60, f"{float(cpu_seconds):.1f} CPU seconds"
     assert int(peak_kib) * 1024 < 2.5e9, f"peak RSS {int(peak_kib) / 2**20:.0f} MiB"
     (record,) = _assert_whole_outputs(out)
     assert record["status"] == "ok", record

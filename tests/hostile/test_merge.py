@@ -21,7 +21,7 @@ from guidedbp.io.shard import ShardError, merge_manifests
 from ..helpers import assert_one_line_error, run_cli
 
 # What OUT/manifest.jsonl holds before each refused merge: it must still hold it after.
-OLD_MANIFEST = b'{"input": "old.png", "status": "ok"}\n'
+OLD_MANIFEST = b'{"input": "old.png", "status": "ok", "targets": []}\n'
 
 
 def line(name: str) -> bytes:
@@ -144,23 +144,69 @@ def test_a_good_merge_replaces_the_old_manifest(tmp_path):
                                        "manifest-1-of-2.jsonl", "manifest.jsonl"]
 
 
-def test_a_merge_replaces_a_symlink_and_not_what_it_points_to(tmp_path):
+def test_a_symlink_in_the_manifests_place_is_refused_as_explain_refuses_it(tmp_path):
+    # Issue 19, item 8: neither the link nor what it points to is replaced.
     elsewhere = tmp_path / "elsewhere.jsonl"
     elsewhere.write_bytes(OLD_MANIFEST)
     out = make_out(tmp_path, {"manifest-0-of-1.jsonl": line("a")})
     (out / "manifest.jsonl").unlink()
     (out / "manifest.jsonl").symlink_to(elsewhere)
-    run_cli("merge-manifests", out, code=0)
-    assert not (out / "manifest.jsonl").is_symlink()
-    assert (out / "manifest.jsonl").read_bytes() == line("a")
+    assert_one_line_error(run_cli("merge-manifests", out),
+                          "manifest.jsonl' is a symbolic link: guidedbp does not write "
+                          "through links")
+    assert os.readlink(out / "manifest.jsonl") == str(elsewhere)
     assert elsewhere.read_bytes() == OLD_MANIFEST
 
 
-def test_a_manifest_that_cannot_be_written_is_one_line(tmp_path):
+@pytest.mark.parametrize("mine", [b"my own notes\n", b'{"input": "x"}\n', None])
+def test_a_users_own_manifest_is_refused_as_explain_refuses_it(tmp_path, mine):
     out = make_out(tmp_path, {"manifest-0-of-1.jsonl": line("a")})
     (out / "manifest.jsonl").unlink()
-    (out / "manifest.jsonl").mkdir()  # os.replace cannot put a file over a folder
-    assert_one_line_error(run_cli("merge-manifests", out), "manifest.jsonl: cannot write it")
+    if mine is None:
+        (out / "manifest.jsonl").mkdir()  # a folder of the user's by that name
+    else:
+        (out / "manifest.jsonl").write_bytes(mine)
+    assert_one_line_error(run_cli("merge-manifests", out),
+                          "manifest.jsonl' exists and is not a guidedbp manifest: refusing "
+                          "to overwrite it")
+    assert sorted(os.listdir(out)) == ["manifest-0-of-1.jsonl", "manifest.jsonl"]
+    if mine is not None:
+        assert (out / "manifest.jsonl").read_bytes() == mine
+
+
+@pytest.mark.parametrize("count", ["100000000", "99999999999999999999"])
+def test_the_n_in_a_shards_name_is_bounded_by_the_files_there_are(tmp_path, count):
+    # Issue 19, item 8: N was trusted: 10^20 hung the merge, 10^8 took 2.35 GB then exit 3.
+    # A subprocess under a 60 s timeout and a 1 GiB address-space limit.
+    out = make_out(tmp_path, {f"manifest-0-of-{count}.jsonl": line("a"),
+                              f"manifest-7-of-{count}.jsonl": line("b")})
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+            "from guidedbp.cli import main; main(sys.argv[1:], prog_name='guidedbp')")
+    done = subprocess.run([sys.executable, "-c", code, "merge-manifests", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    more = int(count) - 2 - 5
+    assert done.stderr == (f"Error: found shards 0,7 of {count}: missing 1,2,3,4,5 and {more} "
+                           f"more (no manifest-1-of-{count}.jsonl in {out})\n")
+    assert (out / "manifest.jsonl").read_bytes() == OLD_MANIFEST
+
+
+def test_the_merged_manifest_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    # Written under a temporary name and renamed: a failed write leaves the old one.
+    out = make_out(tmp_path, {"manifest-0-of-1.jsonl": line("a")})
+    calls = []
+
+    def failing_replace(source, target):
+        calls.append((os.path.basename(source), os.path.basename(target)))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    message = assert_one_line_error(run_cli("merge-manifests", out), "manifest.jsonl: cannot "
+                                    "write it (No space left on device)")
+    assert "internal error" not in message
+    assert calls and calls[0][0].startswith(".manifest.jsonl.") and calls[0][1] == \
+        "manifest.jsonl"
+    assert (out / "manifest.jsonl").read_bytes() == OLD_MANIFEST
     assert sorted(os.listdir(out)) == ["manifest-0-of-1.jsonl", "manifest.jsonl"]
 
 
@@ -169,7 +215,7 @@ def test_a_fifo_named_like_a_shard_does_not_hang(tmp_path):
     out = make_out(tmp_path, {"manifest-0-of-2.jsonl": line("a")})
     os.mkfifo(out / "manifest-1-of-2.jsonl")  # opening it to read would wait for a writer
     done = subprocess.run([sys.executable, "-m", "guidedbp", "merge-manifests", str(out)],
-                          capture_output=True, text=True, timeout=20)
+                          capture_output=True, text=True, timeout=60)  # a hang guard
     assert done.returncode == 2, done.stderr
     assert done.stdout == "" and "Traceback" not in done.stderr
     lines = done.stderr.splitlines()

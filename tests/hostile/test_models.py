@@ -144,6 +144,51 @@ def test_python_calls_and_printing_are_refused(hostile, signature, ops):
     assert ops <= named
 
 
+class HidesWrites(tf.Module):
+    """Ordinary control flow, which is allowed, with a WriteFile hidden in a loop body or
+    in a cond branch, which is not."""
+
+    def __init__(self, target: str):
+        super().__init__()
+        self.target = target
+
+    @tf.function(input_signature=[SIGNATURE])
+    def in_loop_body(self, images):
+        def body(i, x):
+            tf.io.write_file(self.target, "written in a loop body")
+            return i + 1, tf.nn.relu(x - 1.0)
+
+        _, x = tf.while_loop(lambda i, x: i < 2, body, (tf.constant(0), images))
+        return {"scores": tf.reduce_mean(x, axis=[1, 2])}
+
+    @tf.function(input_signature=[SIGNATURE])
+    def in_cond_branch(self, images):
+        def writes():
+            tf.io.write_file(self.target, "written in a cond branch")
+            return tf.nn.relu(images)
+
+        x = tf.cond(tf.reduce_mean(images) >= 0.0, writes, lambda: tf.nn.relu6(images))
+        return {"scores": tf.reduce_mean(x, axis=[1, 2])}
+
+
+@pytest.mark.parametrize("signature", ["in_loop_body", "in_cond_branch"])
+def test_a_write_hidden_in_control_flow_is_refused_and_only_it_is_named(signature, tmp_path):
+    target = tmp_path / "written.txt"
+    module = HidesWrites(str(target))
+    saved = tmp_path / "saved"
+    tf.saved_model.save(module, str(saved), signatures={
+        "in_loop_body": module.in_loop_body, "in_cond_branch": module.in_cond_branch})
+    with pytest.raises(ModelLoadError) as caught:
+        load_model(saved, signature=signature)
+    # The control flow itself (While, If, their functions) is allowed: only WriteFile is named.
+    assert re.search(r"\(([^)]*)\): such ops", str(caught.value)).group(1) == "WriteFile"
+    assert str(caught.value).endswith(OPT_IN) and not target.exists()
+    # The hidden op is real: with the caller's opt-in, explaining runs it.
+    loaded = load_model(saved, signature=signature, unsafe_deserialization=True)
+    loaded(tf.constant(IMAGES))
+    assert target.read_text().startswith("written in a ")
+
+
 class WritesWhenLoaded(tf.saved_model.experimental.TrackableResource):
     """A resource whose initializer, which tf.saved_model.load runs, writes a file."""
 

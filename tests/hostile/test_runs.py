@@ -142,12 +142,16 @@ def test_resume_works_across_runs_that_name_the_inputs_differently(model, here):
         _image(here / "photos" / f"p{index}.jpg", index)
     run_cli("explain", model, "photos", "-o", "out", "-q", code=0)
     first = _records("out")
-    for naming in (["photos/*.jpg"], [f"{here}/photos"], ["photos/p0.jpg", "photos/p1.jpg",
-                                                         "photos/p2.jpg"]):
+    # Every naming that maps under the folder's own name (issue 19, item 20) resumes.
+    for naming in (["photos/*.jpg"], [f"{here}/photos"], ["photos/"], ["./photos/../photos"]):
         result = run_cli("explain", model, *naming, "-o", "out", "--skip-existing")
         assert result.exit_code == 0, result.output
         assert "0 explained, 3 skipped" in result.stderr, naming
         assert [r["outputs"] for r in _records("out")] == [r["outputs"] for r in first]
+    # Files named one by one go under their own names: other outputs, so recomputed.
+    result = run_cli("explain", model, "photos/p0.jpg", "-o", "out", "--skip-existing", code=0)
+    assert "1 explained" in result.stderr
+    assert _records("out")[0]["outputs"]["color"] == "p0.jpg.guided.color.png"
 
 
 def test_a_long_file_name_gets_a_short_stable_output_name(model, here):
@@ -161,7 +165,8 @@ def test_a_long_file_name_gets_a_short_stable_output_name(model, here):
             assert len(os.path.basename(path).encode()) <= 255
             assert is_own_png(here / "out" / path)
     assert record["outputs"] == json.loads(json.dumps(record["outputs"]))
-    assert len(list((here / "out" / "in").iterdir())) == 4  # one name per output, both runs
+    assert len([p for p in (here / "out").iterdir() if p.name.startswith("nnn")]) == 4
+    # one name per output, the same in both runs
 
 
 def test_a_folder_a_thousand_levels_deep(model, here):
@@ -271,7 +276,8 @@ def test_a_glob_through_dotdot_writes_under_out_only(model, here):
     assert {k: v for k, v in after.items() if k in before} == before
     assert _records("out")[0]["outputs"]["color"] == "other/q.png.guided.color.png"
     run_cli("explain", model, "../" + here.name + "/other/q.png", "-o", "up", "-q", code=0)
-    assert _records("up")[0]["outputs"]["color"].startswith("%2E%2E/")
+    # Each argument under its own last component: no %2E%2E for '..' (issue 19, item 20).
+    assert _records("up")[0]["outputs"]["color"] == "q.png.guided.color.png"
 
 
 def test_links_in_out_are_never_followed(model, here):
@@ -410,3 +416,56 @@ def test_a_closed_pipe_ends_check_quietly(here):
                           executable="/bin/bash", env=subprocess_environment(),
                           capture_output=True, text=True, timeout=120)
     assert gone.stderr == "" and gone.stdout.strip() in ("0", "141")
+
+
+# -- issue 19, item 7: a full disk at start is the user's environment, not a bug -------------
+
+
+def _assert_full_disk_refused(result, out: Path) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith(f"Error: cannot create the lock file "
+                               f"'{out.name}/.manifest.jsonl.lock': "), lines[0]
+    assert "internal error" not in lines[0]
+    assert not out.exists()  # the folder it made, and the lock file, are gone
+
+
+def test_a_folder_that_takes_no_bytes_at_start_is_exit_2_with_nothing_left(model, here):
+    _image(here / "in" / "a.png")
+
+    def no_bytes():  # a write past byte 16 fails with EFBIG (Python ignores SIGXFSZ);
+        # 16 bytes leave room for tempfile's probe, which TensorFlow's import needs
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16, 16))
+
+    result = subprocess.run(guidedbp_command("explain", model, "in", "-o", "out"),
+                            env=subprocess_environment(), capture_output=True, text=True,
+                            timeout=180, preexec_fn=no_bytes)
+    _assert_full_disk_refused(result, here / "out")
+    assert "File too large" in result.stderr
+
+
+def test_a_full_file_system_at_start_is_exit_2_with_nothing_left(model, here):
+    full = here / "full"
+    full.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(full)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        with open(full / "filler", "wb", buffering=0) as filler:  # to the last block
+            try:
+                while True:
+                    filler.write(b"\0" * 4096)
+            except OSError:
+                pass
+        _image(here / "in" / "a.png")
+        result = subprocess.run(guidedbp_command("explain", model, "in", "-o", full / "out"),
+                                env=subprocess_environment(), capture_output=True, text=True,
+                                timeout=180)
+        assert result.returncode == 2, result.stderr
+        assert "No space left on device" in result.stderr
+        assert "internal error" not in result.stderr and len(result.stderr.splitlines()) == 1
+        assert sorted(os.listdir(full)) == ["filler"]
+    finally:
+        subprocess.run(["umount", str(full)], check=False)

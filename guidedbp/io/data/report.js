@@ -8,6 +8,9 @@
   var records = data.records, columns = data.columns, summary = data.summary;
   var byId = function (id) { return document.getElementById(id); };
   var statusFilter = byId("status-filter"), classFilter = byId("class-filter");
+  var caveatFilter = byId("caveat-filter"), knownCaveats = Object.create(null);
+  knownCaveats.any = knownCaveats.none = true;
+  var renderFilter = byId("render-filter");
   var sortSelect = byId("sort"), search = byId("search"), table = byId("rows");
   var collator = new Intl.Collator(undefined, {numeric: true, sensitivity: "base"});
   var knownClasses = {}, lowerNames = null, cache = {key: null, list: null};
@@ -39,6 +42,22 @@
   function classTitle(number, label) {
     return label === null ? "class " + number : label + " (" + number + ")";
   }
+  // The outputs grouped by method ("guided.color": guided, color) for each row's grid of
+  // thumbnails; every row draws every slot, a blank one where it has no file, so the
+  // grids line up from row to row whatever the number of methods and renders.
+  var groups = [], groupOf = Object.create(null);
+  columns.forEach(function (column, index) {
+    var dot = column.lastIndexOf("."), method = dot > 0 ? column.slice(0, dot) : column;
+    var group = groupOf[method];
+    if (!group) groups.push(group = groupOf[method] = {method: method, slots: []});
+    group.slots.push({index: index, column: column, render: dot > 0 ? column.slice(dot + 1) : ""});
+  });
+  var renders = [];  // the renders a run wrote, for the render switch
+  groups.forEach(function (group) {
+    group.slots.forEach(function (slot) {
+      if (slot.render && renders.indexOf(slot.render) < 0) renders.push(slot.render);
+    });
+  });
 
   // -- the fixed parts: summary, control choices, table head
   function setUp() {
@@ -53,6 +72,13 @@
       link.href = "#status=" + pair[0];
       line.appendChild(link);
     });
+    var withCaveats = records.filter(function (r) { return r[4] && r[4].length; }).length;
+    if (withCaveats) {
+      line.appendChild(document.createTextNode(", "));
+      var caveatLink = el("a", "caveat", thousands(withCaveats) + " with caveats");
+      caveatLink.href = "#caveat=any";
+      line.appendChild(caveatLink);
+    }
     var rest = [];
     if (summary.methods.length) rest.push("methods " + summary.methods.join(", "));
     rest.push(thousands(summary.classes) + (summary.classes === 1 ? " class" : " classes"));
@@ -69,11 +95,22 @@
       option(classFilter, String(pair[0]), classTitle(pair[0], pair[1]));
     });
     SORTS.forEach(function (pair) { option(sortSelect, pair[0], pair[1]); });
+    option(caveatFilter, "", "all");
+    option(caveatFilter, "any", "any caveat (" + thousands(withCaveats) + ")");
+    option(caveatFilter, "none", "no caveat (" + thousands(records.length - withCaveats) + ")");
+    (summary.caveats || []).forEach(function (pair) {
+      knownCaveats[pair[0]] = true;
+      option(caveatFilter, pair[0], pair[0] + " (" + thousands(pair[1]) + ")");
+    });
+    byId("caveat-control").hidden = !withCaveats;
+    option(renderFilter, "", "all renders");
+    renders.forEach(function (render) { option(renderFilter, render, render); });
+    byId("render-control").hidden = renders.length < 2;
+    if (columns.length > 6) table.classList.add("dense");
 
     var head = el("thead"), row = el("tr");
-    ["#", "input", "status", "class", "score"].concat(columns).forEach(function (name) {
-      row.appendChild(el("th", null, name));
-    });
+    ["#", "input", "status", "class", "score"].concat(columns.length ? ["maps"] : [])
+        .forEach(function (name) { row.appendChild(el("th", null, name)); });
     head.appendChild(row);
     table.appendChild(head);
   }
@@ -82,11 +119,14 @@
   function readState() {
     var params = new URLSearchParams(location.hash.replace(/^#/, ""));
     var state = {status: params.get("status") || "all", cls: params.get("class") || "",
+                 caveat: params.get("caveat") || "", render: params.get("render") || "",
                  sort: params.get("sort") || "", q: params.get("q") || "",
                  page: parseInt(params.get("page") || "1", 10)};
     if (STATUSES.indexOf(state.status) < 0) state.status = "all";
     if (!SORTS.some(function (pair) { return pair[0] === state.sort; })) state.sort = "";
     if (!Object.prototype.hasOwnProperty.call(knownClasses, state.cls)) state.cls = "";
+    if (!(state.caveat in knownCaveats)) state.caveat = "";
+    if (renders.indexOf(state.render) < 0) state.render = "";
     if (!(state.page >= 1)) state.page = 1;
     return state;
   }
@@ -94,6 +134,8 @@
     var params = new URLSearchParams();
     if (state.status !== "all") params.set("status", state.status);
     if (state.cls !== "") params.set("class", state.cls);
+    if (state.caveat) params.set("caveat", state.caveat);
+    if (state.render) params.set("render", state.render);
     if (state.sort) params.set("sort", state.sort);
     if (state.q) params.set("q", state.q);
     if (state.page > 1) params.set("page", String(state.page));
@@ -103,7 +145,7 @@
   function go(change, inPlace) {
     var state = readState();
     Object.keys(change).forEach(function (key) { state[key] = change[key]; });
-    if (!("page" in change)) state.page = 1;
+    if (!("page" in change) && !("render" in change)) state.page = 1;
     var hash = hashOf(state);
     if (hash === location.hash.replace(/^#/, "")) { render(); return; }
     if (inPlace) {
@@ -126,8 +168,12 @@
     var target = cls === null ? record[3][0] : targetOf(record, cls);
     return target && target[2] !== null ? target[2] : null;
   }
+  function hasCaveat(caveats, wanted) {
+    if (wanted === "any" || wanted === "none") return (caveats.length > 0) === (wanted === "any");
+    return caveats.some(function (caveat) { return caveat[0] === wanted; });
+  }
   function matching(state) {
-    var key = [state.status, state.cls, state.sort, state.q].join("\u0000");
+    var key = [state.status, state.cls, state.caveat, state.sort, state.q].join("\u0000");
     if (cache.key === key) return cache.list;
     var cls = state.cls === "" ? null : Number(state.cls), q = state.q.toLowerCase();
     if (q && !lowerNames) lowerNames = records.map(function (r) { return r[0].toLowerCase(); });
@@ -136,6 +182,7 @@
       var record = records[i];
       if (state.status !== "all" && record[1] !== state.status) continue;
       if (cls !== null && !targetOf(record, cls)) continue;
+      if (state.caveat && !hasCaveat(record[4] || [], state.caveat)) continue;
       if (q && lowerNames[i].indexOf(q) < 0) continue;
       list.push(i);
     }
@@ -158,32 +205,83 @@
   }
 
   // -- drawing
-  function thumbnail(href, column) {
-    var cell = el("td", "thumb" + (column === "panel" || /\.panel$/.test(column) ? " wide" : ""));
-    if (!href) return cell;
-    if (!/\.png$/i.test(href)) {  // a PDF or SVG figure: a link, not a picture
-      var file = el("a", "file", href.replace(/^.*\./, "").toUpperCase());
-      file.href = href;
-      file.title = column;
-      cell.appendChild(file);
-      return cell;
-    }
-    var link = el("a"), image = el("img");
-    link.href = href;
-    link.title = column;
+  // Only a PNG is a link (a browser shows a .png file as a picture, whatever it holds). An
+  // SVG figure is shown as an <img>, where a script inside it never runs, and opens in
+  // this page's own viewer, never as a page of its own; a PDF figure is a link (the
+  // browser's PDF viewer); any other file is named, not linked.
+  function extension(href) {
+    var match = /\.([a-z0-9]+)$/i.exec(href);
+    return match ? match[1].toLowerCase() : "";
+  }
+  function picture(href, column) {
+    var image = el("img");
     image.loading = "lazy";  // before src, or the browser starts loading at once
     image.decoding = "async";
     image.alt = column;
     image.addEventListener("error", function () {
-      link.classList.add("missing");
+      image.parentNode.classList.add("missing");
       image.remove();
     });
     image.src = href;
-    link.appendChild(image);
-    cell.appendChild(link);
+    return image;
+  }
+  function thumbnail(href, slot) {
+    var column = slot.column, wide = slot.render === "panel" || column === "panel" ||
+        column === "figure";
+    var box = el("div", "thumb" + (wide ? " wide" : "") + (href ? "" : " none"));
+    var kind = href ? extension(href) : "", shown;
+    if (!href) {
+      shown = el("span", "blank");
+    } else if (kind === "png") {
+      shown = el("a");
+      shown.href = href;
+      shown.appendChild(picture(href, column));
+    } else if (kind === "svg") {
+      shown = el("button", "figure");
+      shown.type = "button";
+      shown.appendChild(picture(href, column));
+      shown.addEventListener("click", function () { openViewer(href, column); });
+    } else if (kind === "pdf") {
+      shown = el("a", "file", "PDF");
+      shown.href = href;
+    } else {
+      shown = el("span", "file unlinked", kind ? kind.toUpperCase() : "file");
+    }
+    shown.title = column;
+    box.appendChild(shown);
+    if (slot.render && href) box.appendChild(el("span", "render", slot.render));
+    return box;
+  }
+  function openViewer(href, column) {
+    var viewer = byId("viewer");
+    byId("viewer-image").src = href;
+    byId("viewer-image").alt = column;
+    var path = href;
+    try { path = decodeURIComponent(href); } catch (error) { /* keep it encoded */ }
+    byId("viewer-name").textContent = column + " \u00b7 " + path;
+    if (!viewer.open) viewer.showModal();
+  }
+  function mapsCell(target, onlyRender) {
+    var cell = el("td", "maps"), grid = el("div", "grid");
+    groups.forEach(function (group) {
+      var shown = group.slots.filter(function (slot) {
+        return !onlyRender || slot.render === onlyRender;
+      });
+      if (!shown.length) return;
+      var box = el("div", "group"), slots = el("div", "slots");
+      var name = el("div", "method", group.method);
+      name.title = group.method;
+      box.appendChild(name);
+      shown.forEach(function (slot) {
+        slots.appendChild(thumbnail(target[3][slot.index], slot));
+      });
+      box.appendChild(slots);
+      grid.appendChild(box);
+    });
+    cell.appendChild(grid);
     return cell;
   }
-  function targetCells(row, target) {
+  function targetCells(row, target, onlyRender) {
     var cell = el("td", "class");
     cell.appendChild(el("span", "label", target[1] === null ? "class " + target[0] : target[1]));
     if (target[1] !== null) cell.appendChild(el("span", "index", "#" + target[0]));
@@ -200,9 +298,19 @@
       cell.appendChild(bar);
     }
     row.appendChild(cell);
-    for (var c = 0; c < columns.length; c++) row.appendChild(thumbnail(target[3][c], columns[c]));
+    if (columns.length) row.appendChild(mapsCell(target, onlyRender));
   }
-  function recordRows(index, cls) {
+  // A name that may break after each "/" (and, when a part is longer than its cell,
+  // anywhere), never in the middle of a short word.
+  function pathText(text) {
+    var span = el("span", "name");
+    text.split("/").forEach(function (part, i, parts) {
+      span.appendChild(document.createTextNode(part + (i < parts.length - 1 ? "/" : "")));
+      if (i < parts.length - 1) span.appendChild(el("wbr"));
+    });
+    return span;
+  }
+  function recordRows(index, cls, onlyRender) {
     var record = records[index], targets = record[3], body = el("tbody", "record");
     var first = el("tr", "row"), span = Math.max(targets.length, 1);
     var shown = cls === null ? targets[0] : targetOf(record, cls);
@@ -214,8 +322,24 @@
     var number = el("td", "num", thousands(index + 1)), name = el("td", "input");
     var status = el("td", "status");
     number.rowSpan = name.rowSpan = status.rowSpan = span;
-    name.appendChild(el("span", "name", record[0]));
+    name.appendChild(pathText(record[0]));
     if (record[2] !== null && targets.length) name.appendChild(el("div", "reason", record[2]));
+    var caveats = record[4] || [];
+    if (caveats.length) {
+      var list = el("ul", "caveats");
+      caveats.forEach(function (caveat) {
+        var item = el("li", "caveat");
+        item.dataset.code = caveat[0];
+        item.appendChild(el("span", "badge caveat", caveat[0]));
+        item.appendChild(document.createTextNode(" "));
+        if (caveat[2] !== null && caveat[1].indexOf(caveat[2] + " ") !== 0) {  // unnamed
+          item.appendChild(el("span", "method", caveat[2] + ": "));
+        }
+        item.appendChild(el("span", "text", caveat[1]));
+        list.appendChild(item);
+      });
+      name.appendChild(list);
+    }
     var known = ["ok", "error", "skipped"].indexOf(record[1]) >= 0;
     status.appendChild(el("span", "badge " + (known ? record[1] : "other"), record[1]));
     first.appendChild(number);
@@ -224,14 +348,14 @@
     body.appendChild(first);
     if (!targets.length) {
       var reason = el("td", "reason", record[2] === null ? "no maps" : record[2]);
-      reason.colSpan = 2 + columns.length;
+      reason.colSpan = 2 + (columns.length ? 1 : 0);
       first.appendChild(reason);
       return body;
     }
     targets.forEach(function (target, k) {
       var row = k ? el("tr", "target") : first;
       if (cls !== null && targets.length > 1 && target[0] === cls) row.classList.add("match");
-      targetCells(row, target);
+      targetCells(row, target, onlyRender);
       if (k) body.appendChild(row);
     });
     return body;
@@ -261,15 +385,19 @@
     var shown = list.slice(start, start + PAGE_SIZE);
     statusFilter.value = state.status;
     classFilter.value = state.cls;
+    caveatFilter.value = state.caveat;
+    renderFilter.value = state.render;
     sortSelect.value = state.sort;
     if (search.value !== state.q && document.activeElement !== search) search.value = state.q;
     Array.prototype.slice.call(table.tBodies).forEach(function (b) { b.remove(); });
     var fragment = document.createDocumentFragment();
-    shown.forEach(function (index) { fragment.appendChild(recordRows(index, cls)); });
+    shown.forEach(function (index) {
+      fragment.appendChild(recordRows(index, cls, state.render));
+    });
     if (!shown.length) {
       var body = el("tbody"), row = el("tr"), cell = el("td", "empty",
           records.length ? "No inputs match this view." : "The manifest has no records.");
-      cell.colSpan = 5 + columns.length;
+      cell.colSpan = 5 + (columns.length ? 1 : 0);
       row.appendChild(cell);
       body.appendChild(row);
       fragment.appendChild(body);
@@ -283,6 +411,12 @@
   setUp();
   statusFilter.addEventListener("change", function () { go({status: statusFilter.value}); });
   classFilter.addEventListener("change", function () { go({cls: classFilter.value}); });
+  caveatFilter.addEventListener("change", function () { go({caveat: caveatFilter.value}); });
+  renderFilter.addEventListener("change", function () { go({render: renderFilter.value}); });
+  byId("viewer-close").addEventListener("click", function () { byId("viewer").close(); });
+  byId("viewer").addEventListener("click", function (event) {  // a click beside the figure
+    if (event.target === event.currentTarget) event.currentTarget.close();
+  });
   sortSelect.addEventListener("change", function () { go({sort: sortSelect.value}); });
   search.addEventListener("input", function () { go({q: search.value}, true); });
   window.addEventListener("hashchange", render);

@@ -1,0 +1,152 @@
+"""What an explain run checks before it loads anything: no TensorFlow needed, none imported.
+
+A missing or unreadable model file, inputs that name nothing, an output folder that
+cannot be created or holds a manifest guidedbp did not write, a figure format without
+matplotlib: each is a one-line :class:`~guidedbp.errors.GuidedbpError` within
+milliseconds, instead of after the seconds TensorFlow takes to import.
+:func:`check_run` makes these checks; :func:`guidedbp.explain_files` calls it (or
+takes its result, as the CLI passes it after checking before importing TensorFlow).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from guidedbp._text import plural
+from guidedbp.errors import GuidedbpError
+from guidedbp.io.inputs import InputItem, collect_inputs
+from guidedbp.io.lock import check_lock_path
+from guidedbp.io.manifest import check_own_manifest
+from guidedbp.io.shard import select_shard
+from guidedbp.models.loading import check_model_path
+from guidedbp.pipeline.options import DEFAULT_OUTPUT, RunOptions
+from guidedbp.plot import require_matplotlib
+
+
+class NoImagesError(GuidedbpError):
+    """The inputs name no image at all."""
+
+
+@dataclass(frozen=True)
+class CheckedRun:
+    """A run's inputs and output folder, checked (:func:`check_run`), nothing written.
+
+    Attributes:
+        output: OUT.
+        options: The run's options.
+        items: The images to explain (of this shard, with ``shard``), in order.
+        passed_over: Files in input folders that are not images.
+        hidden: Images and folders in input folders skipped as hidden (``.name``).
+    """
+
+    output: str
+    options: RunOptions
+    items: tuple[InputItem, ...]
+    passed_over: int = 0
+    hidden: int = 0
+
+
+def check_run(
+    model,
+    inputs: str | os.PathLike | Sequence[str | os.PathLike],
+    output: str | os.PathLike = DEFAULT_OUTPUT,
+    *,
+    options: RunOptions | None = None,
+    runner: str = "local",
+    **fields,
+) -> CheckedRun:
+    """Check what :func:`~guidedbp.explain_files` would run, without loading the model.
+
+    Args: As :func:`~guidedbp.explain_files`' (``fields`` by flat option name).
+
+    Returns:
+        The :class:`CheckedRun`, which ``explain_files`` takes as its ``inputs``.
+
+    Raises:
+        GuidedbpError: The runner is unknown (or Ray missing), the model file is
+            missing, unreadable or not a model, an input names nothing
+            (:class:`~guidedbp.io.inputs.InputError`) or no input is an image
+            (:class:`NoImagesError`), a figure needs matplotlib, or OUT cannot be
+            created or written, or holds a manifest or lock guidedbp did not write.
+    """
+    options = RunOptions.of(options, **fields)
+    output = os.fspath(output)
+    if runner not in ("local", "ray"):
+        raise GuidedbpError(f"runner={runner!r} is not one of local, ray")
+    if runner == "ray":
+        from guidedbp.pipeline.ray_runner import import_ray
+
+        import_ray()
+        if not isinstance(model, (str, os.PathLike)):
+            raise GuidedbpError("runner='ray' needs the model as a spec (a path or keras:NAME)")
+    names = [os.fspath(inputs)] if isinstance(inputs, (str, os.PathLike)) else \
+        [os.fspath(i) for i in inputs]
+    collected = collect_inputs(names, options.inputs.recursive, exclude=output)
+    if not collected.items:
+        skipped = [plural(collected.passed_over, "other file") + " passed over"]
+        if collected.hidden:
+            skipped.append(f"{hidden_phrase(collected.hidden)} skipped")
+        raise NoImagesError(f"no images found in {', '.join(names)} ({', '.join(skipped)})")
+    items = collected.items
+    if options.inputs.shard is not None:  # an empty shard still writes its (empty) manifest
+        items = select_shard(items, *options.inputs.shard)
+    if options.output.figure is not None:
+        require_matplotlib()
+    check_output(output, options.manifest, create=False)
+    if isinstance(model, (str, os.PathLike)):  # last, as loading it came after the rest
+        check_model_path(os.fspath(model))
+    return CheckedRun(output, options, tuple(items), collected.passed_over, collected.hidden)
+
+
+def hidden_phrase(count: int) -> str:
+    """``"2 hidden images or folders"``: what the summary says was skipped."""
+    return f"{count} hidden {'image or folder' if count == 1 else 'images or folders'} " \
+        "('.name')"
+
+
+def check_output(output: str, manifest_name: str, create: bool = True) -> list[str]:
+    """OUT can be created and written into, and its manifest and lock file, if any, are
+    files guidedbp wrote.
+
+    With ``create=False`` the folders it creates to find out are removed again, so a
+    check leaves nothing behind.
+
+    Returns:
+        The folders it created (``create=False``: would create), deepest last.
+
+    Raises:
+        GuidedbpError: Naming what is wrong; nothing is left behind.
+    """
+    created, folder = [], os.path.abspath(output)
+    while not os.path.isdir(folder) and not os.path.lexists(folder):
+        created.insert(0, folder)
+        folder = os.path.dirname(folder)
+    try:
+        os.makedirs(output, exist_ok=True)
+    except OSError as error:
+        remove_created(created)
+        raise GuidedbpError(f"cannot create the output folder {output!r}: "
+                            f"{error.strerror or error}") from None
+    try:
+        if not os.access(output, os.W_OK | os.X_OK):
+            raise GuidedbpError(f"cannot write into the output folder {output!r}: "
+                                "permission denied")
+        check_lock_path(output, manifest_name)
+        check_own_manifest(os.path.join(output, manifest_name))
+    except BaseException:
+        remove_created(created)
+        raise
+    if not create:
+        remove_created(created)
+    return created
+
+
+def remove_created(folders: list[str]) -> None:
+    """Remove the folders a run created, deepest first, as long as they are empty."""
+    for folder in reversed(folders):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
