@@ -20,7 +20,7 @@ _LAZY = {
     "Explanation": "guidedbp.engine.explainer",
     "Caveat": "guidedbp.caveats",
     "NoReluWarning": "guidedbp.engine.explainer",
-    "Report": "guidedbp.engine._graph",
+    "Report": "guidedbp.engine",
     "reference_saliency": "guidedbp.engine.reference",
     "MethodOptions": "guidedbp.engine.options",
     "RenderOptions": "guidedbp.render.options",

@@ -44,8 +44,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+from guidedbp.engine import as_images
 from guidedbp.engine import methods as registry
-from guidedbp.engine._inputs import as_images
 from guidedbp.engine.explainer import Explainer, Explanation
 from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError

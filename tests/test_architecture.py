@@ -5,8 +5,25 @@ an import deferred to call time still ties two modules together). Edges are the
 modules named, not their parent packages: ``from guidedbp.x import y`` is an edge to
 ``guidedbp.x.y`` when ``y`` is a submodule, else to ``guidedbp.x``. So a package
 ``__init__`` that re-exports its submodules is an edge like any other, and a submodule
-that imports a sibling directly makes no cycle with its package. guidedbp/__init__.py's
-lazy table is strings, not imports, and is not read.
+that imports a sibling directly makes no cycle with its package. A package's lazy table
+(``_LAZY = {"Name": "guidedbp.room.module"}``, as guidedbp/__init__.py and
+guidedbp/engine/__init__.py have) is strings, not imports: it makes no edge, but
+:func:`lazy_tables` reads it, and its modules obey the rooms' rules too.
+
+The rooms are those of shared/STYLE.md, top to bottom (:data:`ROOMS`, :data:`MAY_IMPORT`):
+
+    cli                                 the clients: plot, checks, keras callback,
+                                        pytest plugin, demo (beside the CLI)
+    the package's front (guidedbp/__init__.py: lazy names)
+    pipeline
+    api (the engine's explainer plus model specs)
+    figures (matplotlib figures and figure files: the pipeline's and plot's)
+    models, engine, render, io          each imports none of the others
+
+and the shared modules every room may import (errors, caveats, curve maths, text and
+file helpers). An import may go down, never up or sideways (one exception: the pytest
+plugin runs the checks); no module imports a private name (``_x``, a module or an
+attribute) of another room; no two modules import each other.
 """
 
 from __future__ import annotations
@@ -25,9 +42,64 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: Rooms the engine must not import, directly or through another module.
 NOT_FOR_ENGINE = ("guidedbp.models", "guidedbp.io", "guidedbp.render", "guidedbp.cli",
-                  "guidedbp.checks", "guidedbp.pipeline", "guidedbp.demo")
+                  "guidedbp.checks", "guidedbp.pipeline", "guidedbp.demo", "guidedbp.figures",
+                  "guidedbp.plot", "guidedbp.api", "guidedbp.keras", "guidedbp.pytest_plugin")
 #: Top-level packages that pull TensorFlow in.
 TENSORFLOW = ("tensorflow", "keras", "tf_keras")
+
+#: Room -> the modules it holds (a package, or one module). The front is the package's
+#: own ``__init__`` only; a module in no room here fails :func:`test_every_module_has_a_room`.
+ROOMS = {
+    "cli": ("guidedbp.cli", "guidedbp.__main__"),
+    "plot": ("guidedbp.plot",),
+    "checks": ("guidedbp.checks",),
+    "keras": ("guidedbp.keras",),
+    "pytest_plugin": ("guidedbp.pytest_plugin",),
+    "demo": ("guidedbp.demo",),
+    "front": ("guidedbp",),
+    "pipeline": ("guidedbp.pipeline",),
+    "api": ("guidedbp.api",),
+    "figures": ("guidedbp.figures",),
+    "models": ("guidedbp.models",),
+    "engine": ("guidedbp.engine",),
+    "render": ("guidedbp.render",),
+    "io": ("guidedbp.io",),
+    # Pure Python (numpy at most) and importing only each other: every room may use
+    # them. Their underscore names (_text, _files) are private to the package, not to
+    # a room.
+    "shared": ("guidedbp.errors", "guidedbp.caveats", "guidedbp.curves", "guidedbp._text",
+               "guidedbp._files"),
+}
+_BELOW_THE_CLIENTS = frozenset({"front", "pipeline", "api", "figures", "models", "engine",
+                                "render", "io"})
+#: Room -> the other rooms it may import (every room may import "shared").
+MAY_IMPORT = {
+    "cli": frozenset(ROOMS) - {"cli"},
+    "plot": _BELOW_THE_CLIENTS,
+    "checks": _BELOW_THE_CLIENTS,
+    "keras": _BELOW_THE_CLIENTS,
+    "pytest_plugin": _BELOW_THE_CLIENTS | {"checks"},  # the checks' pytest front end
+    "demo": _BELOW_THE_CLIENTS,
+    "front": _BELOW_THE_CLIENTS - {"front"},
+    "pipeline": frozenset({"api", "figures", "models", "engine", "render", "io"}),
+    "api": frozenset({"models", "engine"}),
+    "figures": frozenset({"engine", "render", "io"}),  # engine.methods: signed or not
+    "models": frozenset(),
+    "engine": frozenset(),
+    "render": frozenset(),
+    "io": frozenset(),
+    "shared": frozenset(),
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One module or name imported: ``from target import name`` (``name`` None for an
+    import of the module itself), at ``line``."""
+
+    target: str
+    name: str | None
+    line: int
 
 
 @dataclass(repr=False)
@@ -38,11 +110,14 @@ class Graph:
         files: Module name -> its source file, relative to the package's parent folder.
         edges: Module -> {imported module of the package: line of the first such import}.
         external: Module -> {top-level name of an outside package: line of the first import}.
+        imports: Module -> every import of a module of the package, one
+            :class:`Import` per module or name imported, in line order.
     """
 
     files: dict[str, Path] = field(default_factory=dict)
     edges: dict[str, dict[str, int]] = field(default_factory=dict)
     external: dict[str, dict[str, int]] = field(default_factory=dict)
+    imports: dict[str, list[Import]] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return f"<Graph of {len(self.files)} modules>"
@@ -68,12 +143,13 @@ def build_graph(root: Path) -> Graph:
         graph.files[module_name(path, root)] = path.relative_to(root.parent)
     package = root.name
     for name, path in graph.files.items():
-        graph.edges[name], graph.external[name] = {}, {}
+        graph.edges[name], graph.external[name], graph.imports[name] = {}, {}, []
         own_package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         source = (root.parent / path).read_text()
         for node in ast.walk(ast.parse(source, str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
+                names = [None] * len(targets)
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
@@ -83,15 +159,20 @@ def build_graph(root: Path) -> Graph:
                 # A name that is a submodule is an import of that module, else of ``base``.
                 targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in graph.files
                            else base for alias in node.names]
+                names = [None if target != base else alias.name
+                         for target, alias in zip(targets, node.names)]
             else:
                 continue
-            for target in targets:
+            for target, imported in zip(targets, names):
                 if target == package or target.startswith(package + "."):
                     target = _nearest_module(target, graph.files)
+                    graph.imports[name].append(Import(target, imported, node.lineno))
                     if target != name:
                         _note(graph.edges[name], target, node.lineno)
                 else:
                     _note(graph.external[name], target.split(".")[0], node.lineno)
+    for records in graph.imports.values():
+        records.sort(key=lambda record: record.line)
     return graph
 
 
@@ -205,6 +286,78 @@ def under(module: str, packages) -> bool:
     return any(module == package or module.startswith(package + ".") for package in packages)
 
 
+def room_of(module: str, rooms=None) -> str | None:
+    """The room holding ``module`` (the longest match), or None."""
+    best, length = None, -1
+    for room, holds in (rooms or ROOMS).items():
+        for held in holds:
+            exact_only = "." not in held  # the package itself holds no submodules
+            if module == held or (not exact_only and module.startswith(held + ".")):
+                if len(held) > length:
+                    best, length = room, len(held)
+    return best
+
+
+def is_private(module: str) -> bool:
+    """Whether a part of ``module`` below the top package is ``_x`` (not ``__x__``)."""
+    return any(part.startswith("_") and not part.startswith("__")
+               for part in module.split(".")[1:])
+
+
+def lazy_tables(graph: Graph, root: Path) -> dict[str, dict[str, tuple[str, int]]]:
+    """Module -> its ``_LAZY`` table as ``{"Name": ("module", line)}``, for modules that
+    have one."""
+    tables = {}
+    for name, path in graph.files.items():
+        tree = ast.parse((root.parent / path).read_text(), str(path))
+        for node in tree.body:
+            if (isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict)
+                    and any(getattr(target, "id", None) == "_LAZY" for target in
+                            (node.targets if isinstance(node, ast.Assign) else [node.target]))):
+                tables[name] = {key.value: (value.value, key.lineno)
+                                for key, value in zip(node.value.keys, node.value.values)}
+    return tables
+
+
+def all_imports(graph: Graph, root: Path):
+    """``(source, Import)`` for every import, and one per name of a lazy table."""
+    for source, records in graph.imports.items():
+        for record in records:
+            yield source, record
+    for source, table in lazy_tables(graph, root).items():
+        for attribute, (module, line) in table.items():
+            yield source, Import(module, attribute, line)
+
+
+def wrong_way(graph: Graph, root: Path, rooms=None, may_import=None) -> list[str]:
+    """Each import from one room into a room it may not import, as ``file:line: a -> b``."""
+    rooms, may_import = rooms or ROOMS, may_import or MAY_IMPORT
+    found = []
+    for source, record in all_imports(graph, root):
+        here, there = room_of(source, rooms), room_of(record.target, rooms)
+        if here != there and there != "shared" and there not in may_import[here]:
+            found.append(f"{graph.files[source].as_posix()}:{record.line}: {source} ({here}) "
+                         f"-> {record.target} ({there})")
+    return list(dict.fromkeys(found))  # once per line, not per name imported
+
+
+def private_crossings(graph: Graph, root: Path, rooms=None) -> list[str]:
+    """Each import of a private module or name (``_x``) of another room."""
+    rooms = rooms or ROOMS
+    found = []
+    for source, record in all_imports(graph, root):
+        there = room_of(record.target, rooms)
+        if room_of(source, rooms) == there or there == "shared":
+            continue
+        private_name = record.name is not None and record.name.startswith("_") \
+            and not record.name.startswith("__")
+        if is_private(record.target) or private_name:
+            what = record.target + (f" import {record.name}" if record.name else "")
+            found.append(f"{graph.files[source].as_posix()}:{record.line}: {source} imports "
+                         f"{what}")
+    return found
+
+
 @pytest.fixture(scope="module")
 def graph() -> Graph:
     return build_graph(REPO / "guidedbp")
@@ -220,22 +373,48 @@ def test_no_import_cycles(graph):
         for group, loop in zip(groups, cycles(graph)))
 
 
+def test_every_module_has_a_room(graph):
+    homeless = [name for name in graph.files if room_of(name) is None]
+    assert not homeless, f"modules in no room of ROOMS: {', '.join(homeless)}"
+
+
+def test_imports_go_down_the_rooms(graph):
+    found = wrong_way(graph, REPO / "guidedbp")
+    assert not found, ("imports against the room order of shared/STYLE.md (MAY_IMPORT):\n"
+                       + "\n".join(found))
+
+
+def test_no_private_name_crosses_a_room(graph):
+    found = private_crossings(graph, REPO / "guidedbp")
+    assert not found, ("private names imported from another room: make them public in "
+                       "their room, or move them\n" + "\n".join(found))
+
+
+def test_shared_modules_need_only_python_and_numpy(graph):
+    found = [f"{name} imports {outside} ({graph.where(name, outside)})"
+             for name in graph.files if room_of(name) == "shared"
+             for outside in graph.external[name]
+             if outside not in sys.stdlib_module_names and outside not in ("numpy", "__future__")]
+    assert not found, "shared modules every room imports must stay light:\n" + "\n".join(found)
+
+
 def test_engine_imports_no_other_room(graph):
     found = leaks(graph, "guidedbp.engine", lambda module: under(module, NOT_FOR_ENGINE))
     assert not found, "the engine imports other rooms:\n" + "\n".join(
         describe(graph, path) for path in found)
 
 
-def test_render_does_not_import_tensorflow(graph):
-    found = leaks(graph, "guidedbp.render", lambda module: heavy_imports(graph, module))
-    assert not found, "render reaches TensorFlow:\n" + "\n".join(
+@pytest.mark.parametrize("room", ["guidedbp.render", "guidedbp.io", "guidedbp.figures"])
+def test_room_does_not_import_tensorflow(graph, room):
+    found = leaks(graph, room, lambda module: heavy_imports(graph, module))
+    assert not found, f"{room} reaches TensorFlow:\n" + "\n".join(
         (describe(graph, path) if len(path) > 1 else path[0]) + "\n    " + ", ".join(
             f"{path[-1]} imports {heavy} ({graph.where(path[-1], heavy)})"
             for heavy in heavy_imports(graph, path[-1]))
         for path in found)
 
 
-@pytest.mark.parametrize("module", ["guidedbp", "guidedbp.render"])
+@pytest.mark.parametrize("module", ["guidedbp", "guidedbp.render", "guidedbp.figures"])
 def test_import_does_not_load_tensorflow(module):
     script = (f"import json, sys\nimport {module}\n"
               f"print(json.dumps(sorted(m for m in {TENSORFLOW!r} if m in sys.modules)))")
@@ -317,3 +496,32 @@ def test_leaks_name_each_import_out_of_a_room_and_its_chain(tmp_path):
     assert leaks(graph, "pkg.io", lambda module: heavy_imports(graph, module)) == [
         ["pkg.io.files"]]
     assert graph.where("pkg.engine.util", "pkg.io.files") == "pkg/engine/util.py:2"
+
+
+def test_rules_find_wrong_way_and_private_imports(tmp_path):
+    package = write_package(tmp_path, {
+        "pkg/__init__.py": '_LAZY = {"Report": "pkg.low._graph", "run": "pkg.mid.run"}\n',
+        "pkg/shared.py": "",
+        "pkg/top/__init__.py": "",
+        "pkg/top/client.py": "from pkg.mid import run\nfrom pkg.low import _helper\n",
+        "pkg/mid/__init__.py": "",
+        "pkg/mid/run.py": ("from pkg import shared\ndef f():\n"
+                           "    from pkg.top import client, VALUE\n"),
+        "pkg/low/__init__.py": "",
+        "pkg/low/_graph.py": "",
+        "pkg/low/maps.py": "from pkg.low._graph import Report\nfrom pkg.low import _graph\n",
+    })
+    rooms = {"front": ("pkg",), "top": ("pkg.top",), "mid": ("pkg.mid",),
+             "low": ("pkg.low",), "shared": ("pkg.shared",)}
+    may_import = {"front": {"mid", "low"}, "top": {"mid", "low"}, "mid": {"low"},
+                  "low": set(), "shared": set()}
+    graph = build_graph(package)
+    assert room_of("pkg", rooms) == "front" and room_of("pkg.top.client", rooms) == "top"
+    assert room_of("pkg.other", rooms) is None
+    assert wrong_way(graph, package, rooms, may_import) == [
+        "pkg/mid/run.py:3: pkg.mid.run (mid) -> pkg.top.client (top)",
+        "pkg/mid/run.py:3: pkg.mid.run (mid) -> pkg.top (top)"]
+    assert private_crossings(graph, package, rooms) == [
+        "pkg/top/client.py:2: pkg.top.client imports pkg.low import _helper",
+        "pkg/__init__.py:1: pkg imports pkg.low._graph import Report",
+    ]

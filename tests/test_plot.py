@@ -505,7 +505,9 @@ def test_without_matplotlib_drawing_says_how_to_install_it(tmp_path, files):
 
 
 @pytest.mark.parametrize("module", ["guidedbp.plot", "guidedbp.plot.files",
-                                    "guidedbp.plot.curves", "guidedbp.plot._common"])
+                                    "guidedbp.plot.curves", "guidedbp.figures.common",
+                                    "guidedbp.figures.draw", "guidedbp.figures.files",
+                                    "guidedbp.curves"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from guidedbp.curves import GAMES, auc, fractions, positive_int
 from guidedbp.errors import ArgumentError
 from guidedbp.render.maps import magnitude
 
@@ -69,8 +70,6 @@ __all__ = [
     "step_counts",
 ]
 
-#: The two games, in the order they are reported.
-GAMES = ("deletion", "insertion")
 #: What a removed pixel becomes: a blurred copy of the picture, or black (pixel value 0).
 BASELINES = ("blur", "black")
 #: Steps of a curve unless told otherwise (a curve has one point more).
@@ -179,45 +178,9 @@ def step_counts(pixels: int, steps: int) -> np.ndarray:
     >>> step_counts(64, 20).tolist()[:6], step_counts(10, 4).tolist()
     ([0, 3, 6, 9, 12, 16], [0, 2, 5, 7, 10])
     """
-    pixels = _positive_int(pixels, "pixels")
-    steps = _positive_int(steps, "steps")
+    pixels = positive_int(pixels, "pixels")
+    steps = positive_int(steps, "steps")
     return np.arange(steps + 1, dtype=np.int64) * pixels // steps
-
-
-def fractions(steps: int) -> np.ndarray:
-    """The x axis of a curve of ``steps`` steps: ``0, 1/steps, ..., 1`` (float64).
-
-    >>> fractions(4).tolist()
-    [0.0, 0.25, 0.5, 0.75, 1.0]
-    """
-    steps = _positive_int(steps, "steps")
-    return np.arange(steps + 1, dtype=np.float64) / steps
-
-
-def auc(curve) -> float:
-    """The area under a curve sampled at x = 0, 1/steps, ..., 1: the trapezoid rule.
-
-    Args:
-        curve: Real, finite ``(steps + 1,)``, at least 2 points.
-
-    Returns:
-        The area, ``(sum(curve) - (curve[0] + curve[-1]) / 2) / steps``.
-
-    Raises:
-        ArgumentError: Another shape, fewer than 2 points, or non-finite values.
-
-    >>> auc([1.0, 0.0, 0.0, 0.0, 0.5])
-    0.1875
-    """
-    values = np.asarray(curve)
-    if values.ndim != 1 or len(values) < 2 or values.dtype.kind not in "biuf":
-        raise ArgumentError(f"curve must be a real 1-D array of at least 2 points, got "
-                            f"shape {values.shape} and dtype {values.dtype}")
-    values = values.astype(np.float64)
-    if not np.all(np.isfinite(values)):
-        raise ArgumentError("curve must be finite, got NaN or infinite values")
-    steps = len(values) - 1
-    return float((values.sum() - (values[0] + values[-1]) / 2.0) / steps)
 
 
 def blurred(picture: np.ndarray, sigma: float | None = None) -> np.ndarray:
@@ -360,10 +323,10 @@ def deletion_insertion(
     if not callable(predict_probabilities):
         raise ArgumentError("predict_probabilities must be a callable: inputs -> "
                             f"probabilities, got {type(predict_probabilities).__name__}")
-    steps = _positive_int(steps, "steps")
+    steps = positive_int(steps, "steps")
     if steps > MAX_STEPS:
         raise ArgumentError(f"steps={steps} is above the upper bound of {MAX_STEPS}")
-    batch_size = _positive_int(batch_size, "batch_size")
+    batch_size = positive_int(batch_size, "batch_size")
     if baseline not in BASELINES:
         raise ArgumentError(f"baseline={baseline!r} is not one of {', '.join(BASELINES)}")
     games = _games(which)
@@ -469,13 +432,6 @@ class _Model:
 
 
 # -- arguments ----------------------------------------------------------------------------
-
-
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
-            or value < 1:
-        raise ArgumentError(f"{name}={value!r} must be a positive whole number")
-    return int(value)
 
 
 def _games(which) -> tuple[str, ...]:

@@ -138,7 +138,7 @@ def check_self_test(session: CheckSession) -> CheckResult:
             "self-test", SKIP,
             "the model has PReLU, whose relu(x) and relu(-x) the engine leaves plain but "
             "reference_saliency gates like any Relu: it is no reference for this model")
-    from guidedbp.engine._graph import RELU_OPS
+    from guidedbp.engine import RELU_OPS
 
     if set(RELU_OPS) & getattr(session.loaded.model, "function_op_types", set()):
         return CheckResult(

@@ -98,7 +98,7 @@ def format_description(info: dict, all_classes: bool = False) -> str:
     def shape(dims):
         return "x".join("?" if d is None else str(d) for d in dims)
 
-    from guidedbp.engine._graph import format_counts as counts
+    from guidedbp.engine import format_counts as counts
 
     head = info["head_bypassed"]
     lines = [

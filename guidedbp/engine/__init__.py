@@ -1,1 +1,32 @@
-"""The engine room: TensorFlow gradients, nothing about files or images on disk."""
+"""The engine room: TensorFlow gradients, nothing about files or images on disk.
+
+The names other rooms use are public here; TensorFlow is imported only when one of
+them that needs it is first read, so importing the package stays instant.
+
+>>> from guidedbp.engine import format_counts
+>>> format_counts({"Relu": 2, "Relu6": 1})
+'Relu: 2, Relu6: 1'
+"""
+
+from __future__ import annotations
+
+_LAZY = {
+    "as_images": "guidedbp.engine._inputs",
+    "RELU_OPS": "guidedbp.engine._graph",
+    "format_counts": "guidedbp.engine._graph",
+    "Report": "guidedbp.engine._graph",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'guidedbp.engine' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

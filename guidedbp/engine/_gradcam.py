@@ -1,5 +1,6 @@
 """Class activation maps: the feature map, found at the op level in a traced forward
-graph, and the gradient weightings of Grad-CAM, Grad-CAM++ and LayerCAM.
+graph, and a table of gradient weightings (Grad-CAM, Grad-CAM++, LayerCAM), each one
+function, as pytorch-grad-cam's ``get_cam_weights``.
 
 Working on ops rather than Keras layers means the same code serves Keras models,
 nested sub-models and SavedModels (whose frozen graphs keep the layers' name
@@ -9,6 +10,7 @@ scopes), without ever rebuilding or modifying the caller's model.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -167,54 +169,77 @@ def _depends_on(images: tf.Tensor) -> set[str]:
     return names
 
 
-#: The gradient weightings :func:`class_activation_map` knows.
-WEIGHTINGS = ("gradcam", "gradcam++", "layercam")
+def gradcam_weights(feature_map: tf.Tensor, gradient: tf.Tensor) -> tf.Tensor:
+    """Grad-CAM (Selvaraju et al., 2017): ``w_k`` the mean of ``g_k`` over positions."""
+    del feature_map  # Grad-CAM's weights read the gradient alone
+    return tf.reduce_mean(gradient, axis=(1, 2), keepdims=True)
+
+
+def gradcam_plus_plus_weights(feature_map: tf.Tensor, gradient: tf.Tensor) -> tf.Tensor:
+    """Grad-CAM++ (Chattopadhyay et al., 2018): ``w_k = sum_ab alpha * relu(g_k)`` with
+    ``alpha = g^2 / (2 g^2 + sum_ab(A_k) g^3)``, as pytorch-grad-cam and tf-keras-vis
+    compute it.
+
+    Where ``g`` is not zero that is ``1 / (2 + sum_ab(A_k) g)``, which is what is
+    computed (no ``g^2`` or ``g^3`` to underflow in float32); ``alpha`` is 0 where that
+    denominator is 0 (pytorch-grad-cam adds 1e-6 to it instead, tf-keras-vis divides by
+    it). The paper differentiates ``exp(score)``: that factor cancels in ``alpha`` and
+    only scales the map, so both implementations drop it, and so does this one.
+    tf-keras-vis (like the authors' code) also divides ``alpha`` by its sum over
+    positions, which rescales each channel's weight; pytorch-grad-cam does not, nor does
+    this.
+    """
+    total = tf.reduce_sum(feature_map, axis=(1, 2), keepdims=True)
+    alpha = tf.math.divide_no_nan(1.0, 2.0 + total * gradient)
+    return tf.reduce_sum(alpha * tf.nn.relu(gradient), axis=(1, 2), keepdims=True)
+
+
+def layercam_weights(feature_map: tf.Tensor, gradient: tf.Tensor) -> tf.Tensor:
+    """LayerCAM (Jiang et al., 2021): ``relu(g_k)`` position by position, so the map is
+    meaningful at any layer, early ones too."""
+    del feature_map  # LayerCAM's weights read the gradient alone
+    return tf.nn.relu(gradient)
+
+
+#: A weighting: ``(feature map A, plain gradient g)``, both float32 ``(N, h, w, k)`` ->
+#: weights broadcastable to ``A`` (``(N, 1, 1, k)`` per channel, or ``(N, h, w, k)`` per
+#: position). :func:`class_activation_map` multiplies them into ``A``.
+Weighting = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+
+#: The gradient weightings :func:`class_activation_map` knows, by the name a registry
+#: record's ``combine`` asks for (``parts.cam("gradcam++")``). A new class activation
+#: map is one function here, one entry in this table and one registry record.
+WEIGHTINGS: dict[str, Weighting] = {
+    "gradcam": gradcam_weights,
+    "gradcam++": gradcam_plus_plus_weights,
+    "layercam": layercam_weights,
+}
 
 
 def class_activation_map(feature_map: tf.Tensor, gradient: tf.Tensor, weighting: str, size,
                          upsample: str) -> tf.Tensor:
-    """The ReLU of the feature map's weighted channel sum, upsampled to the input.
-
-    With ``A`` the ``(h, w, k)`` feature map and ``g`` the plain gradient of the class
-    logit with respect to it:
-
-    - ``"gradcam"`` (Selvaraju et al., 2017): ``relu(sum_k w_k A_k)``, ``w_k`` the mean
-      of ``g_k`` over positions.
-    - ``"gradcam++"`` (Chattopadhyay et al., 2018): ``w_k = sum_ab alpha * relu(g_k)``
-      with ``alpha = g^2 / (2 g^2 + sum_ab(A_k) g^3)``, as pytorch-grad-cam and
-      tf-keras-vis compute it. Where ``g`` is not zero that is
-      ``1 / (2 + sum_ab(A_k) g)``, which is what is computed (no ``g^2`` or ``g^3`` to
-      underflow in float32); ``alpha`` is 0 where that denominator is 0 (pytorch-grad-cam
-      adds 1e-6 to it instead, tf-keras-vis divides by it). The paper differentiates
-      ``exp(score)``: that factor cancels in ``alpha`` and only scales the map, so both
-      implementations drop it, and so does this one. tf-keras-vis (like the authors'
-      code) also divides ``alpha`` by its sum over positions, which rescales each
-      channel's weight; pytorch-grad-cam does not, nor does this.
-    - ``"layercam"`` (Jiang et al., 2021): ``relu(sum_k relu(g_k) * A_k)``, position by
-      position, at any layer, early ones too.
+    """The ReLU of the feature map's weighted channel sum, upsampled to the input:
+    ``relu(sum_k w_k A_k)`` with ``A`` the ``(h, w, k)`` feature map and ``w`` the
+    weights :data:`WEIGHTINGS` computes from ``A`` and the plain gradient of the class
+    logit with respect to it.
 
     Args:
         feature_map: ``(N, h, w, k)`` layer output.
         gradient: The plain gradient of the class logit with respect to it.
-        weighting: One of :data:`WEIGHTINGS`.
+        weighting: A name of :data:`WEIGHTINGS`.
         size: ``(H, W)`` of the input.
         upsample: ``"bilinear"`` or ``"nearest"``.
 
     Returns:
         float32 ``(N, H, W, 1)``.
+
+    Raises:
+        ArgumentError: For an unknown ``weighting``.
     """
+    if weighting not in WEIGHTINGS:
+        raise ArgumentError(f"weighting={weighting!r} is not one of {', '.join(WEIGHTINGS)}")
     feature_map = tf.cast(feature_map, tf.float32)
     gradient = tf.cast(gradient, tf.float32)
-    if weighting == "gradcam":
-        weighted = tf.reduce_mean(gradient, axis=(1, 2), keepdims=True) * feature_map
-    elif weighting == "gradcam++":
-        total = tf.reduce_sum(feature_map, axis=(1, 2), keepdims=True)
-        alpha = tf.math.divide_no_nan(1.0, 2.0 + total * gradient)
-        weights = tf.reduce_sum(alpha * tf.nn.relu(gradient), axis=(1, 2), keepdims=True)
-        weighted = weights * feature_map
-    elif weighting == "layercam":
-        weighted = tf.nn.relu(gradient) * feature_map
-    else:
-        raise ArgumentError(f"weighting={weighting!r} is not one of {', '.join(WEIGHTINGS)}")
+    weighted = WEIGHTINGS[weighting](feature_map, gradient) * feature_map
     cam = tf.nn.relu(tf.reduce_sum(weighted, axis=-1, keepdims=True))
     return tf.image.resize(cam, size, method=upsample)

@@ -127,3 +127,21 @@ def check_memory(batch: int, image_shape: tuple, maps: int) -> None:
 
 def _size(count: int) -> str:
     return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.2f} MiB"
+
+
+def pixel_values(values, channels: int, pixel_to_input=None) -> np.ndarray:
+    """Uniform pixels of 0-255 ``values`` in the model's input space, through
+    ``pixel_to_input`` (``(N, H, W, C)`` pixels -> model inputs; ``None``: the identity):
+    ``(len, C)``, or ``(C,)`` for one value."""
+    values = np.asarray(values, np.float32)
+    pixels = values.reshape(-1).repeat(channels).reshape(-1, 1, 1, channels)
+    if pixel_to_input is not None:
+        pixels = np.asarray(pixel_to_input(pixels), np.float32)
+    pixels = pixels.reshape(-1, channels)
+    return pixels[0] if values.ndim == 0 else pixels
+
+
+def black_white(channels: int, pixel_to_input=None) -> tuple[np.ndarray, np.ndarray]:
+    """The input-space values of a black and a white pixel, ``(C,)`` each."""
+    black, white = pixel_values([0.0, 255.0], channels, pixel_to_input)
+    return black, white

@@ -6,7 +6,11 @@ a map. The engine computes the parts every requested method needs from one forwa
 pass, one ``tf.gradients`` call per ReLU rule; each record's ``combine`` then turns
 them into that method's map. A perturbation method (Score-CAM, occlusion) needs no
 gradient: its ``combine`` reads the model's scores on perturbed copies of the images,
-which the explainer computes after the traced pass, forward only.
+which the explainer computes after the traced pass, forward only. Each record names
+the runner that computes it (:data:`RUNNERS`): the explainer groups its methods by
+runner and asks each runner for its group's maps, so a new kind of method is a runner
+plus its records, and a new class activation map one weighting function in
+``guidedbp.engine._gradcam.WEIGHTINGS`` plus one record here.
 ``guidedbp.METHODS``, the CLI's ``--method`` choices and help, comparison panels,
 ``evaluate`` and the Ray runner all read this table, so a new method is one record
 here plus its math.
@@ -19,8 +23,8 @@ methods of the :class:`Parts` or :class:`Probe` they receive.
 ('guided', 'vanilla', 'deconvnet')
 >>> method("guided-gradcam").relu_rule, method("guided-gradcam").feature_map
 ('guided', True)
->>> method("occlusion").perturbation, method("scorecam").options
-(True, ('gradcam', 'scorecam'))
+>>> method("occlusion").runner, method("scorecam").options
+('perturbation', ('gradcam', 'scorecam'))
 """
 
 from __future__ import annotations
@@ -37,6 +41,13 @@ from guidedbp.errors import ArgumentError
 #: then apply the ReLU's mask. ``deconvnet``: threshold, ignore the mask.
 RELU_RULES = ("plain", "guided", "deconvnet")
 
+#: The runners, one per method kind (:mod:`guidedbp.engine._runners`), in the order the
+#: explainer runs them. ``gradient``: the traced pass, one forward and one backward per
+#: ReLU rule, K classes at once. ``perturbation``: forward passes on perturbed copies,
+#: after the traced pass. ``path-integrated``: many traced passes along a path, per class.
+GRADIENT, PERTURBATION, PATH_INTEGRATED = "gradient", "perturbation", "path-integrated"
+RUNNERS = (GRADIENT, PERTURBATION, PATH_INTEGRATED)
+
 
 class Parts(Protocol):
     """What a gradient method's ``combine`` may use, inside the traced function."""
@@ -45,8 +56,9 @@ class Parts(Protocol):
 
     def cam(self, weighting: str) -> object:
         """(N, H, W, 1) class activation map at the input size, from the feature map and
-        its plain gradient: ``weighting`` is ``"gradcam"``, ``"gradcam++"`` or
-        ``"layercam"`` (see :mod:`guidedbp.engine._gradcam`)."""
+        its plain gradient: ``weighting`` names a function of the weightings table,
+        ``"gradcam"``, ``"gradcam++"`` or ``"layercam"`` (see
+        :data:`guidedbp.engine._gradcam.WEIGHTINGS`)."""
 
 
 class Probe(Protocol):
@@ -73,12 +85,13 @@ class Method:
             :data:`RELU_RULES`), or ``None`` when it needs no input gradient.
         feature_map: Whether it needs a 4-D feature map (the ``layer`` option); a
             gradient method also gets the feature map's plain gradient.
-        path_integrated: Whether its map is integrated along a path from a baseline
-            (integrated gradients): many passes per image.
-        perturbation: Whether its map comes from the model's scores on perturbed copies
-            of the image, forward only (Score-CAM, occlusion): many forward passes per
-            image, run after the traced gradient pass; ``combine`` then takes a
-            :class:`Probe` rather than :class:`Parts`.
+        runner: The runner that computes it (one of :data:`RUNNERS`): ``gradient`` for
+            a map of the traced pass; ``path-integrated`` for a map integrated along a
+            path from a baseline (integrated gradients: many passes per image);
+            ``perturbation`` for a map from the model's scores on perturbed copies of
+            the image, forward only (Score-CAM, occlusion: many forward passes per
+            image, after the traced pass), whose ``combine`` takes a :class:`Probe`
+            rather than :class:`Parts`.
         signed: Whether the sign of its map means something (gradients, score drops),
             rather than a non-negative coarse map (class activation maps).
         options: The :class:`~guidedbp.engine.options.MethodOptions` groups that apply
@@ -93,10 +106,23 @@ class Method:
     relu_rule: str | None
     combine: Callable[[Parts], object] | Callable[[Probe], object]
     feature_map: bool = False
-    path_integrated: bool = False
-    perturbation: bool = False
+    runner: str = GRADIENT
     signed: bool = True
     options: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.runner not in RUNNERS:
+            raise ValueError(f"runner={self.runner!r} is not one of {', '.join(RUNNERS)}")
+
+    @property
+    def path_integrated(self) -> bool:
+        """Whether its map is integrated along a path (the ``path-integrated`` runner)."""
+        return self.runner == PATH_INTEGRATED
+
+    @property
+    def perturbation(self) -> bool:
+        """Whether its map comes from perturbed copies (the ``perturbation`` runner)."""
+        return self.runner == PERTURBATION
 
 
 def _input_gradient(parts: Parts):
@@ -150,12 +176,12 @@ _REGISTRY = (
            "Jiang et al. 2021", None, _layercam, feature_map=True, signed=False,
            options=("gradcam",)),
     Method("scorecam", "Score-CAM: feature maps weighted by the scores of masked images",
-           "Wang et al. 2020", None, _score_cam, feature_map=True, perturbation=True,
+           "Wang et al. 2020", None, _score_cam, feature_map=True, runner=PERTURBATION,
            signed=False, options=("gradcam", "scorecam")),
     Method("occlusion", "score drop when a sliding patch hides each region",
-           "Zeiler & Fergus 2014", None, _occlusion, perturbation=True, options=("occlusion",)),
+           "Zeiler & Fergus 2014", None, _occlusion, runner=PERTURBATION, options=("occlusion",)),
     Method("integrated-gradients", "gradient integrated along a path from a baseline",
-           "Sundararajan et al. 2017", "plain", _input_gradient, path_integrated=True,
+           "Sundararajan et al. 2017", "plain", _input_gradient, runner=PATH_INTEGRATED,
            options=("integrated_gradients",)),
 )
 

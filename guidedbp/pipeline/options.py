@@ -24,9 +24,9 @@ from guidedbp._text import did_you_mean
 from guidedbp.engine.methods import as_methods
 from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError
+from guidedbp.figures import FIGURE_FORMATS
 from guidedbp.io.shard import manifest_name
 from guidedbp.models.preprocess import RESIZE_MODES
-from guidedbp.plot import FIGURE_FORMATS
 from guidedbp.render.options import RenderOptions
 
 #: Where ``guidedbp explain`` writes when no OUT is given.
@@ -115,7 +115,7 @@ class OutputOptions:
     Attributes:
         raw: Also save each float32 map (model resolution) as ``.npy``.
         figure: Also draw each explanation as a matplotlib figure in this format, one of
-            :data:`~guidedbp.plot.FIGURE_FORMATS` (needs the ``plot`` extra); ``None``: no
+            :data:`~guidedbp.figures.FIGURE_FORMATS` (needs the ``plot`` extra); ``None``: no
             figure.
         dpi: The figure's resolution (dots per inch): the PNG's pixels, the size of the
             pictures embedded in a PDF or SVG.

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 from guidedbp._text import plural
 from guidedbp.errors import GuidedbpError
+from guidedbp.figures import require_matplotlib
 from guidedbp.io.inputs import InputItem, collect_inputs
 from guidedbp.io.lock import check_lock_path
 from guidedbp.io.manifest import check_own_manifest
 from guidedbp.io.shard import select_shard
 from guidedbp.models.loading import check_model_path
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, RunOptions
-from guidedbp.plot import require_matplotlib
 
 
 class NoImagesError(GuidedbpError):

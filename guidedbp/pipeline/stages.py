@@ -21,6 +21,7 @@ import numpy as np
 from guidedbp._text import one_line
 from guidedbp.caveats import Caveat, unique
 from guidedbp.engine.methods import method
+from guidedbp.figures import is_own_figure, is_whole_figure
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.write import atomic_write_bytes, is_own_png, is_whole_png, save_npy, save_png
@@ -28,7 +29,6 @@ from guidedbp.models.preprocess import draft_side, resize_map, resize_picture
 from guidedbp.models.preprocess import prepare as fit_and_preprocess
 from guidedbp.pipeline.naming import Naming, label_of
 from guidedbp.pipeline.options import RunOptions
-from guidedbp.plot import is_own_figure, is_whole_figure
 from guidedbp.render import Column, render, render_column, render_panel
 
 
@@ -387,7 +387,7 @@ FIGURE_MAX_SIDE = 1024
 def _write_figure(plan: Plan, path: str, picture: np.ndarray, maps: dict, title: str,
                   caveats: tuple[Caveat, ...] = ()) -> None:
     """Draw one explanation's matplotlib figure and write it atomically."""
-    from guidedbp import plot
+    from guidedbp import figures
 
     output, style = plan.options.output, plan.options.render
     longer = max(picture.shape[:2])
@@ -396,9 +396,9 @@ def _write_figure(plan: Plan, path: str, picture: np.ndarray, maps: dict, title:
         picture = resize_picture(picture, size)
         maps = {name: resize_map(saliency, size) for name, saliency in maps.items()}
     with _FIGURE_LOCK:
-        figure = plot.draw(picture, maps, title, cmap=style.cmap, clip=style.clip,
-                           caveats=[caveat.line for caveat in caveats])
-        data = plot.figure_bytes(figure, output.figure, dpi=output.dpi)
+        figure = figures.draw(picture, maps, title, cmap=style.cmap, clip=style.clip,
+                              caveats=[caveat.line for caveat in caveats])
+        data = figures.figure_bytes(figure, output.figure, dpi=output.dpi)
     atomic_write_bytes(path, data)
 
 

@@ -26,9 +26,10 @@ state, no GUI backend, and a notebook shows one as it shows any figure.
 :func:`figure_bytes` writes PDF, SVG or PNG identically on every run, each marked as
 guidedbp's (:func:`is_own_figure` recognises the mark without importing matplotlib).
 
-The package's parts: :mod:`guidedbp.plot.files` (figure files), :mod:`guidedbp.plot.curves`
-(the games' curves); what they share is in ``_common``; the result figures' columns and
-axes are drawn in ``_figure``.
+The package's parts: :mod:`guidedbp.plot.curves` (the games' curves) and ``_results``
+(what a figure reads from a result). Drawing pictures and maps and writing figure files
+live in :mod:`guidedbp.figures`, which the pipeline shares (``explain --figure``);
+:func:`draw`, :func:`figure_bytes` and the rest are re-exported here.
 
 matplotlib is imported only inside the functions that draw, so ``import guidedbp.plot``
 works without it; drawing without it raises :class:`PlotUnavailable`.
@@ -43,29 +44,33 @@ works without it; drawing without it raises :class:`PlotUnavailable`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from guidedbp.errors import ArgumentError
-from guidedbp.plot._common import INSTALL_HINT, PlotUnavailable, positive, require_matplotlib
-from guidedbp.plot._figure import (
+from guidedbp.figures import (
+    FIGURE_FORMATS,
+    INSTALL_HINT,
     SIGNED_COLORMAP,
-    _caption,
-    _check_clip,
-    _check_figsize,
-    _column,
-    _figure,
-    _fit_picture,
-    _grid,
-    _picture_and_maps,
-    _Row,
-    _select,
-    _sequential_colormap,
+    PlotUnavailable,
+    draw,
+    figure_bytes,
+    is_own_figure,
+    is_whole_figure,
+    require_matplotlib,
 )
+from guidedbp.figures.draw import (
+    Row,
+    build_figure,
+    check_clip,
+    check_figsize,
+    draw_grid,
+    fit_picture,
+    map_column,
+    sequential_colormap,
+)
+from guidedbp.plot._results import _caption, _picture_and_maps, _select
 from guidedbp.plot.curves import plot_curves
-from guidedbp.plot.files import FIGURE_FORMATS, figure_bytes, is_own_figure, is_whole_figure
 from guidedbp.render.colormaps import DEFAULT_COLORMAP
 from guidedbp.render.maps import DEFAULT_CLIP
 
@@ -127,13 +132,14 @@ def plot(
     'circle (class 0) p=1.000'
     """
     require_matplotlib()
-    _check_figsize(figsize)
+    check_figsize(figsize)
     picture, maps = _picture_and_maps(result, size)
     maps = _select(maps, methods)
     caveats = [caveat.line for caveat in getattr(result, "caveats", ())
                if any(caveat.concerns(name) for name in maps)]
-    return _draw(picture, maps, _caption(result), cmap, clip, 3.0,
-                 None if figsize is None else tuple(float(side) for side in figsize), caveats)
+    return build_figure(picture, maps, _caption(result), cmap, clip, 3.0,
+                        None if figsize is None else tuple(float(side) for side in figsize),
+                        caveats)
 
 
 def compare(
@@ -186,7 +192,7 @@ def compare(
     ['image', 'guided', 'gradcam']
     """
     require_matplotlib()
-    _check_figsize(figsize)
+    check_figsize(figsize)
     if title is not None and not isinstance(title, str):
         raise ArgumentError(f"title must be a string or None, got {type(title).__name__}")
     if hasattr(results, "maps"):  # one result: a grid of one row
@@ -194,8 +200,8 @@ def compare(
     if isinstance(results, (str, bytes)) or not isinstance(results, Sequence) or not results:
         raise ArgumentError(f"results must be a non-empty sequence of what "
                             f"guidedbp.explain_image returns, got {results!r:.60}")
-    clip = _check_clip(clip)
-    sequential = _sequential_colormap(cmap)
+    clip = check_clip(clip)
+    sequential = sequential_colormap(cmap)
     rows = []
     for index, result in enumerate(results):
         picture, maps = _picture_and_maps(result, size, f"results[{index}]")
@@ -208,9 +214,9 @@ def compare(
                 f"results[{index}] holds the methods {', '.join(maps)}, results[0] "
                 f"{', '.join(column.name for column in rows[0].columns)}: choose the "
                 "columns with methods=")
-        columns = [_column(name, values, clip) for name, values in maps.items()]
-        rows.append(_Row(_fit_picture(picture, columns), columns, _row_label(result),
-                         _caveat_lines(result, maps)))
+        columns = [map_column(name, values, clip) for name, values in maps.items()]
+        rows.append(Row(fit_picture(picture, columns), columns, _row_label(result),
+                        _caveat_lines(result, maps)))
     if figsize is None:
         count = len(rows[0].columns)
         figsize = (3.0 * (1 + count) + 0.6 * count + 0.4,
@@ -218,7 +224,7 @@ def compare(
                        for row in rows) + (0.4 if title else 0.0))
     else:
         figsize = tuple(float(side) for side in figsize)
-    return _grid(rows, title, sequential, figsize)
+    return draw_grid(rows, title, sequential, figsize)
 
 
 def _row_label(result) -> str:
@@ -239,85 +245,3 @@ def _caveat_lines(result, maps) -> str:
              if any(caveat.concerns(name) for name in maps)]
     return "\n".join(wrapped for line in lines
                      for wrapped in textwrap.wrap(f"\u26a0 {line}", 36))
-
-
-def draw(
-    picture: np.ndarray,
-    maps: Mapping[str, np.ndarray],
-    title: str,
-    *,
-    cmap: str = DEFAULT_COLORMAP,
-    clip: float = DEFAULT_CLIP,
-    column_width: float = 3.0,
-    caveats: Sequence[str] = (),
-) -> Figure:
-    """Draw a picture and its maps side by side, each map with a colorbar.
-
-    Signed maps (gradients) of several channels are summed over the channels: one
-    signed value per pixel, positive where raising the pixel's channels together
-    raises the class score. Magnitude maps are ``max_c |map|``. See the module
-    docstring for the colours and limits.
-
-    Args:
-        picture: ``uint8`` ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)``; a larger picture
-            of the same aspect that scales down to exactly ``(H, W)`` is reduced first
-            (as the PNG renders do for maps capped at the largest shown size).
-        maps: Method name -> real, finite map of shape ``(H, W)``, ``(H, W, 1)`` or
-            ``(H, W, 3)``, left to right. Names are those of
-            :data:`guidedbp.METHODS`: their records say which maps are signed.
-        title: The figure's title (the suptitle).
-        cmap: Colormap of magnitude maps, one of :data:`guidedbp.render.COLORMAPS`.
-        clip: Percentile in (0, 100] of each map's absolute value that ends its scale.
-        column_width: Width of each column in inches.
-        caveats: Sentences that make the maps less meaningful (a
-            :attr:`guidedbp.caveats.Caveat.line` each), one line each under the title,
-            after a warning sign.
-
-    Returns:
-        A :class:`matplotlib.figure.Figure` whose ``axes`` are ``1 + len(maps)`` image
-        axes: the picture titled ``"image"``, then each map titled with its method's
-        name, its colorbar inset at its right (``axis.images[0].colorbar``). The layout
-        is computed once and then fixed, so that every save draws the same positions.
-
-    Raises:
-        PlotUnavailable: Without matplotlib.
-        ArgumentError: An unknown method, an empty ``maps``, a map or picture of the
-            wrong shape, dtype or size, or a bad ``cmap``, ``clip``, ``column_width``.
-
-    >>> import numpy as np
-    >>> figure = draw(np.zeros((4, 4), np.uint8),
-    ...               {"gradcam": np.arange(16.0).reshape(4, 4, 1)}, "class 0 p=1.000")
-    >>> [axis.get_title() for axis in figure.axes[:2]], figure.get_suptitle()
-    (['image', 'gradcam'], 'class 0 p=1.000')
-    """
-    require_matplotlib()
-    return _draw(picture, maps, title, cmap, clip, column_width, None, caveats)
-
-
-def _draw(picture, maps, title, cmap, clip, column_width, figsize, caveats=()) -> Figure:
-    """:func:`draw`, checking its arguments; ``figsize`` replaces the one made of
-    ``column_width``."""
-    clip = _check_clip(clip)
-    if not isinstance(title, str):
-        raise ArgumentError(f"title must be a string, got {type(title).__name__}")
-    if isinstance(caveats, str) or not all(isinstance(line, str) for line in caveats):
-        raise ArgumentError(f"caveats must be a sequence of strings, got {caveats!r:.60}")
-    # Under the title, where a reader cannot miss them: the figure is not an ordinary one.
-    title = "\n".join([title, *(f"\u26a0 {line}" for line in caveats)]).strip("\n")
-    if not positive(column_width):
-        raise ArgumentError(f"column_width={column_width!r} must be a positive number "
-                            "of inches")
-    if not isinstance(maps, Mapping) or not maps:
-        raise ArgumentError(f"maps must map method names to maps, got {maps!r:.60}")
-    sequential = _sequential_colormap(cmap)
-    columns = [_column(name, values, clip) for name, values in maps.items()]
-    rgb = _fit_picture(picture, columns)
-    size = rgb.shape[:2]
-    if figsize is None:
-        height, width = size
-        # Each column has the picture's aspect, plus room for titles and colorbar ticks.
-        figsize = (column_width * (1 + len(columns)) + 0.6 * len(columns),
-                   column_width * min(height / width, 3.0) + 0.7 + 0.2 * len(caveats))
-    return _figure(rgb, columns, title, sequential, figsize)
-
-

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from guidedbp.curves import GAMES, auc, fractions
 from guidedbp.errors import ArgumentError
-from guidedbp.plot._common import FONT_SIZE, freeze_layout, positive, require_matplotlib
+from guidedbp.figures.common import FONT_SIZE, freeze_layout, positive, require_matplotlib
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -33,7 +34,7 @@ def plot_curves(
 
     The x axis is the share of pixels perturbed (``0, 1/steps, ..., 1``), the y axis
     the explained class's probability; each legend entry gives the method's area under
-    its curve (:func:`guidedbp.checks.faithfulness.auc`): lower is better for
+    its curve (:func:`guidedbp.curves.auc`): lower is better for
     deletion, higher for insertion.
 
     Args:
@@ -58,8 +59,6 @@ def plot_curves(
     ['guided  AUC 0.500', 'gradcam  AUC 0.250']
     """
     require_matplotlib()
-    from guidedbp.checks.faithfulness import GAMES, auc, fractions
-
     if game not in GAMES:
         raise ArgumentError(f"game={game!r} is not one of {', '.join(GAMES)}")
     if not isinstance(title, str):

@@ -57,7 +57,7 @@ import numpy as np
 
 from guidedbp._text import did_you_mean
 from guidedbp.render.colormaps import DEFAULT_COLORMAP, colormap_lut
-from guidedbp.render.panel import DEFAULT_TILE, Column, Scale, _as_rgb, render_panel
+from guidedbp.render.panel import DEFAULT_TILE, Column, Scale, as_rgb, render_panel
 
 __all__ = [
     "STRIP_VALUES",
@@ -364,7 +364,7 @@ def render_overlay(
 
 def _blend(heat: np.ndarray, image: np.ndarray, alpha: float) -> np.ndarray:
     """``image`` blended into the uint8 ``heat`` (H, W, 3), in place; returns ``heat``."""
-    rgb = _as_rgb(image, "image", heat.shape[:2])
+    rgb = as_rgb(image, "image", heat.shape[:2])
     if rgb.shape[:2] != heat.shape[:2]:
         raise ValueError(
             f"image has size {rgb.shape[0]}x{rgb.shape[1]} (H x W) but the saliency map "
@@ -430,7 +430,7 @@ def render(
         return render_overlay(saliency, image, alpha=alpha, cmap=cmap, clip=clip)
     if name == "panel":
         if image is not None:  # reduced once, if it is larger than the map
-            image = _as_rgb(image, "image", np.shape(saliency)[:2])
+            image = as_rgb(image, "image", np.shape(saliency)[:2])
         columns = [Column("original", image)] if image is not None else []
         columns += [render_column(name, saliency, image, cmap=cmap, clip=clip, alpha=alpha)
                     for name in ("color", "gray", "overlay") if image is not None or

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-__all__ = ["DEFAULT_TILE", "PANEL_GAP", "PANEL_MARGIN", "Column", "Scale", "render_panel"]
+__all__ = ["DEFAULT_TILE", "PANEL_GAP", "PANEL_MARGIN", "Column", "Scale", "as_rgb", "render_panel"]
 
 #: Pixels on the longer side of each picture in a panel.
 DEFAULT_TILE = 224
@@ -85,7 +85,7 @@ class Column:
     scale: Scale | None = None
 
 
-def _as_rgb(image: np.ndarray, what: str, size: tuple[int, int] | None = None) -> np.ndarray:
+def as_rgb(image: np.ndarray, what: str, size: tuple[int, int] | None = None) -> np.ndarray:
     """Validate a uint8 picture of shape (H, W), (H, W, 1) or (H, W, 3); return (H, W, 3).
 
     With ``size``, a larger picture that scales down to exactly ``size`` (the same
@@ -262,7 +262,7 @@ def _columns_of(columns: Sequence) -> list[Column]:
         if scale is not None and not isinstance(scale, Scale):
             raise TypeError(f"columns[{index}] scale must be a Scale or None, got "
                             f"{type(scale).__name__}")
-        picture = _as_rgb(picture, f"columns[{index}] picture ({title!r})")
+        picture = as_rgb(picture, f"columns[{index}] picture ({title!r})")
         prepared.append(Column(title, picture, scale))
     if not prepared:
         raise ValueError("columns must hold at least one (title, picture) pair, got none")

@@ -45,7 +45,7 @@ from ..models import colour_cnn
 REPO = Path(__file__).resolve().parents[2]
 #: A command that must not hang gets this long, TensorFlow's import included: a guard
 #: against hanging, never a measure of speed (a loaded machine may be many times slower).
-TIMEOUT = 60
+TIMEOUT = 300
 FLAT_COUNT = 300
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")

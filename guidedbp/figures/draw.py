@@ -1,10 +1,11 @@
-"""The figures of :mod:`guidedbp.plot`: a result's picture and maps checked, and drawn as
-rows of axes (the picture, then one column per method, each map with its colorbar).
-Imports no matplotlib until asked."""
+"""Pictures and maps drawn as matplotlib figures: :func:`draw` (one row), and the parts
+:mod:`guidedbp.plot` assembles into grids (:class:`Row`, :func:`map_column`,
+:func:`draw_grid`): the picture, then one column per method, each map with its
+colorbar. Imports no matplotlib until asked."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -12,10 +13,10 @@ import numpy as np
 
 from guidedbp.engine.methods import method
 from guidedbp.errors import ArgumentError
-from guidedbp.plot._common import FONT_SIZE, freeze_layout, positive
-from guidedbp.render.colormaps import COLORMAPS, colormap_lut
-from guidedbp.render.options import OUTPUT_SIZES
-from guidedbp.render.panel import _as_rgb
+from guidedbp.figures.common import FONT_SIZE, freeze_layout, positive, require_matplotlib
+from guidedbp.render.colormaps import COLORMAPS, DEFAULT_COLORMAP, colormap_lut
+from guidedbp.render.maps import DEFAULT_CLIP
+from guidedbp.render.panel import as_rgb
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -27,7 +28,7 @@ _PICTURE_TITLE = "image"
 
 
 @dataclass(frozen=True)
-class _Row:
+class Row:
     """One row of a figure: the picture, its maps' columns and the words beside them."""
 
     picture: np.ndarray  # uint8 (H, W, 3)
@@ -54,47 +55,14 @@ class _Column:
         return "magnitude, max |\u00b7| over channels" if self.channels > 1 else "magnitude"
 
 
-def _check_figsize(figsize) -> None:
+def check_figsize(figsize) -> None:
     if figsize is not None and not (isinstance(figsize, (tuple, list)) and len(figsize) == 2
                                     and all(positive(side) for side in figsize)):
         raise ArgumentError(f"figsize={figsize!r} must be (width, height) in inches, "
                             "both positive")
 
 
-def _picture_and_maps(result, size: str, what: str = "result"):
-    """The picture and the maps of ``result`` at ``size`` (``"original"`` or ``"model"``)."""
-    if size not in OUTPUT_SIZES:
-        raise ArgumentError(f"size={size!r} is not one of {', '.join(OUTPUT_SIZES)}")
-    missing = [name for name in ("image", "fitted", "maps", "original_maps", "target",
-                                 "probability", "label") if not hasattr(result, name)]
-    if missing:
-        raise ArgumentError(f"{what} must be what guidedbp.explain_image returns; a "
-                            f"{type(result).__name__} has no {', '.join(missing)}")
-    if size == "original":
-        return result.image, result.original_maps()
-    return result.fitted, result.maps
-
-
-def _select(maps: Mapping[str, np.ndarray], methods) -> dict[str, np.ndarray]:
-    if methods is None:
-        return dict(maps)
-    names = methods.split(",") if isinstance(methods, str) else list(methods)
-    names = [str(name).strip() for name in names if str(name).strip()]
-    unknown = [name for name in names if name not in maps]
-    if unknown or not names:
-        raise ArgumentError(f"methods={methods!r}: choose from the result's methods, "
-                            f"{', '.join(maps) or 'none'}")
-    return {name: maps[name] for name in dict.fromkeys(names)}
-
-
-def _caption(result) -> str:
-    """The panel's caption: ``"circle (class 0) p=0.998"``, or ``"class 3 p=0.500"``."""
-    target, label = int(result.target), result.label
-    named_class = f"{label} (class {target})" if label else f"class {target}"
-    return f"{named_class} p={float(result.probability):.3f}"
-
-
-def _fit_picture(picture, columns: list[_Column]) -> np.ndarray:
+def fit_picture(picture, columns: list[_Column]) -> np.ndarray:
     """The picture as RGB at the maps' size (reduced when it is larger, same aspect)."""
     sizes = {column.values.shape for column in columns}
     if len(sizes) != 1:
@@ -103,7 +71,7 @@ def _fit_picture(picture, columns: list[_Column]) -> np.ndarray:
             for column in columns))
     (size,) = sizes
     try:
-        rgb = _as_rgb(picture, "picture", size)
+        rgb = as_rgb(picture, "picture", size)
     except ValueError as error:
         raise ArgumentError(str(error)) from None
     if rgb.shape[:2] != size:
@@ -112,13 +80,13 @@ def _fit_picture(picture, columns: list[_Column]) -> np.ndarray:
     return rgb
 
 
-def _check_clip(clip) -> float:
+def check_clip(clip) -> float:
     if not positive(clip) or float(clip) > 100.0:
         raise ArgumentError(f"clip={clip!r} must be a percentile in (0, 100]")
     return float(clip)
 
 
-def _sequential_colormap(cmap):
+def sequential_colormap(cmap):
     """guidedbp's own table for ``cmap``, so figures match the PNG renders' colours."""
     from matplotlib.colors import ListedColormap
 
@@ -127,7 +95,7 @@ def _sequential_colormap(cmap):
     return ListedColormap(colormap_lut(cmap) / 255.0, name=cmap)
 
 
-def _column(name: str, values, clip: float) -> _Column:
+def map_column(name: str, values, clip: float) -> _Column:
     signed = method(name).signed  # an unknown name raises, listing the known ones
     array = np.asarray(values)
     if array.ndim == 2:
@@ -155,11 +123,11 @@ def _limit(magnitudes: np.ndarray, clip: float) -> float:
 
 def _figure(rgb: np.ndarray, columns: list[_Column], title: str, sequential,
             figsize: tuple[float, float]) -> Figure:
-    return _grid([_Row(rgb, columns)], title, sequential, figsize)
+    return draw_grid([Row(rgb, columns)], title, sequential, figsize)
 
 
-def _grid(rows: list[_Row], title: str | None, sequential,
-          figsize: tuple[float, float]) -> Figure:
+def draw_grid(rows: list[Row], title: str | None, sequential,
+              figsize: tuple[float, float]) -> Figure:
     """The rows under one another; the titles on the top row only."""
     import matplotlib.style
     from matplotlib.figure import Figure
@@ -222,3 +190,83 @@ def _colorbar(figure, axis, image, column: _Column) -> None:
     # Under the map, not along the bar: a wide picture's bar is too short for words.
     axis.set_xlabel(column.note, fontsize=FONT_SIZE - 1)
 
+
+def draw(
+    picture: np.ndarray,
+    maps: Mapping[str, np.ndarray],
+    title: str,
+    *,
+    cmap: str = DEFAULT_COLORMAP,
+    clip: float = DEFAULT_CLIP,
+    column_width: float = 3.0,
+    caveats: Sequence[str] = (),
+) -> Figure:
+    """Draw a picture and its maps side by side, each map with a colorbar.
+
+    Signed maps (gradients) of several channels are summed over the channels: one
+    signed value per pixel, positive where raising the pixel's channels together
+    raises the class score. Magnitude maps are ``max_c |map|``. See
+    :mod:`guidedbp.plot` for the colours and limits.
+
+    Args:
+        picture: ``uint8`` ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)``; a larger picture
+            of the same aspect that scales down to exactly ``(H, W)`` is reduced first
+            (as the PNG renders do for maps capped at the largest shown size).
+        maps: Method name -> real, finite map of shape ``(H, W)``, ``(H, W, 1)`` or
+            ``(H, W, 3)``, left to right. Names are those of
+            :data:`guidedbp.METHODS`: their records say which maps are signed.
+        title: The figure's title (the suptitle).
+        cmap: Colormap of magnitude maps, one of :data:`guidedbp.render.COLORMAPS`.
+        clip: Percentile in (0, 100] of each map's absolute value that ends its scale.
+        column_width: Width of each column in inches.
+        caveats: Sentences that make the maps less meaningful (a
+            :attr:`guidedbp.caveats.Caveat.line` each), one line each under the title,
+            after a warning sign.
+
+    Returns:
+        A :class:`matplotlib.figure.Figure` whose ``axes`` are ``1 + len(maps)`` image
+        axes: the picture titled ``"image"``, then each map titled with its method's
+        name, its colorbar inset at its right (``axis.images[0].colorbar``). The layout
+        is computed once and then fixed, so that every save draws the same positions.
+
+    Raises:
+        PlotUnavailable: Without matplotlib.
+        ArgumentError: An unknown method, an empty ``maps``, a map or picture of the
+            wrong shape, dtype or size, or a bad ``cmap``, ``clip``, ``column_width``.
+
+    >>> import numpy as np
+    >>> figure = draw(np.zeros((4, 4), np.uint8),
+    ...               {"gradcam": np.arange(16.0).reshape(4, 4, 1)}, "class 0 p=1.000")
+    >>> [axis.get_title() for axis in figure.axes[:2]], figure.get_suptitle()
+    (['image', 'gradcam'], 'class 0 p=1.000')
+    """
+    require_matplotlib()
+    return build_figure(picture, maps, title, cmap, clip, column_width, None, caveats)
+
+
+def build_figure(picture, maps, title, cmap, clip, column_width, figsize,
+                 caveats=()) -> Figure:
+    """:func:`draw` once matplotlib is known to be there, checking its arguments;
+    ``figsize`` (inches, or None) replaces the one made of ``column_width``."""
+    clip = check_clip(clip)
+    if not isinstance(title, str):
+        raise ArgumentError(f"title must be a string, got {type(title).__name__}")
+    if isinstance(caveats, str) or not all(isinstance(line, str) for line in caveats):
+        raise ArgumentError(f"caveats must be a sequence of strings, got {caveats!r:.60}")
+    # Under the title, where a reader cannot miss them: the figure is not an ordinary one.
+    title = "\n".join([title, *(f"\u26a0 {line}" for line in caveats)]).strip("\n")
+    if not positive(column_width):
+        raise ArgumentError(f"column_width={column_width!r} must be a positive number "
+                            "of inches")
+    if not isinstance(maps, Mapping) or not maps:
+        raise ArgumentError(f"maps must map method names to maps, got {maps!r:.60}")
+    sequential = sequential_colormap(cmap)
+    columns = [map_column(name, values, clip) for name, values in maps.items()]
+    rgb = fit_picture(picture, columns)
+    size = rgb.shape[:2]
+    if figsize is None:
+        height, width = size
+        # Each column has the picture's aspect, plus room for titles and colorbar ticks.
+        figsize = (column_width * (1 + len(columns)) + 0.6 * len(columns),
+                   column_width * min(height / width, 3.0) + 0.7 + 0.2 * len(caveats))
+    return _figure(rgb, columns, title, sequential, figsize)

@@ -1,4 +1,4 @@
-"""What every part of :mod:`guidedbp.plot` shares: matplotlib's presence, the font size,
+"""What every part of :mod:`guidedbp.figures` shares: matplotlib's presence, the font size,
 a frozen layout and argument checks. Imports no matplotlib until asked."""
 
 from __future__ import annotations

@@ -1,0 +1,114 @@
+"""The cache of traced functions: each traced once per input signature, then reused.
+
+A signature is the model's declared ``(H, W, C)`` (free dims stay free, so one trace
+serves every image size), else the images' own shape. Per signature the cache holds
+the gradient passes (:func:`guidedbp.engine._trace.attribute`), one per set of
+methods and number of classes per image, the forward-only pass
+(:func:`guidedbp.engine._trace.predict`) and the report of the first trace, read off
+its graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+from guidedbp.engine import _graph, _inputs, _trace
+
+#: A ``tf.function`` traced from one of the bodies of :mod:`guidedbp.engine._trace`.
+Function = tf.types.experimental.GenericFunction
+
+
+class TracedFunctions:
+    """The traced functions of one model and one explainer's methods.
+
+    Args:
+        model: The traceable callable.
+        methods: The explainer's methods (what the reports speak for).
+        layer_path: The class activation maps' layer (enclosing model names, then its
+            own), or ``None`` for the default feature map.
+        upsample: Class activation map upsampling.
+        features: Whether the gradient passes return the feature map too (Score-CAM).
+
+    Attributes:
+        gradient_functions: ``(signature, methods, columns)`` -> the gradient pass.
+        trace_count: How many traces the functions have run, all kinds together.
+    """
+
+    def __init__(self, model, methods: Sequence[str], layer_path: list[str] | None,
+                 upsample: str, features: bool):
+        self.model = model
+        self.methods = tuple(methods)
+        self.layer_path = layer_path
+        self.upsample = upsample
+        self.features = features
+        self.gradient_functions: dict[tuple, Function] = {}
+        self._predict_functions: dict[tuple, Function] = {}
+        self._reports: dict[tuple, _graph.Report] = {}
+        self.trace_count = 0
+
+    def signature(self, image_shape: tuple) -> tuple:
+        """The trace key of an ``(H, W, C)`` image shape: the declared shape, else the
+        shape itself (building a model never called).
+
+        Raises:
+            ArgumentError: The model cannot take images of that shape.
+        """
+        declared = _inputs.declared_image_shape(self.model)
+        if declared is not None:
+            _inputs.check_shape(image_shape, declared)
+            return declared
+        key = tuple(image_shape)
+        _inputs.build_if_needed(self.model, key)
+        return key
+
+    def report(self, key: tuple, methods: tuple) -> _graph.Report:
+        """The report of signature ``key``, tracing the gradient pass of ``methods`` for
+        it unless a pass of that signature was traced already."""
+        if key not in self._reports:
+            self.gradient(key, methods).get_concrete_function()
+        return self._reports[key]
+
+    def newest_report(self) -> _graph.Report | None:
+        """The report of the newest signature traced, or ``None`` before any trace."""
+        return next(reversed(self._reports.values())) if self._reports else None
+
+    def gradient(self, key: tuple, methods: tuple, columns: int = 1) -> Function:
+        """The gradient pass of ``methods`` for ``columns`` classes per image: float32
+        ``(B, *key)`` images, int32 ``(B, columns)`` targets -> the outputs of
+        :func:`~guidedbp.engine._trace.attribute`."""
+        if (key, methods, columns) not in self.gradient_functions:
+            signature = [
+                tf.TensorSpec((None, *key), tf.float32, name="images"),
+                tf.TensorSpec((None, columns), tf.int32, name="targets"),
+            ]
+
+            def traced(images, targets):
+                self.trace_count += 1
+                outputs, report = _trace.attribute(
+                    self.model, images, targets, methods, self.methods, self.layer_path,
+                    self.upsample, features=self.features,
+                )
+                self._reports.setdefault(key, report)
+                return outputs
+
+            # autograph=False: the body builds a graph in plain Python; nothing to convert.
+            self.gradient_functions[(key, methods, columns)] = tf.function(
+                traced, input_signature=signature, autograph=False
+            )
+        return self.gradient_functions[(key, methods, columns)]
+
+    def predict(self, key: tuple) -> Function:
+        """The forward-only pass of signature ``key``: images -> (scores, probabilities)."""
+        if key not in self._predict_functions:
+
+            def forward(images):
+                self.trace_count += 1
+                return _trace.predict(self.model, images)
+
+            self._predict_functions[key] = tf.function(
+                forward, input_signature=[tf.TensorSpec((None, *key), tf.float32, name="images")],
+                autograph=False,
+            )
+        return self._predict_functions[key]

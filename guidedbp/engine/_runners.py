@@ -1,0 +1,282 @@
+"""One runner per method kind: each registry record names the one that computes it.
+
+- :class:`GradientRunner` (``gradient``): the traced pass of
+  :mod:`guidedbp.engine._trace`, one forward and one backward pass per ReLU rule, K
+  classes per image at once, batch by batch. It also resolves the classes (``-r``: the
+  r-th most probable) and scores them for every other runner.
+- :class:`PerturbationRunner` (``perturbation``): forward passes on perturbed copies of
+  the images (:mod:`guidedbp.engine._perturbation`), after the traced pass, on the
+  classes it resolved; the K classes of an image share the copies.
+- :class:`PathIntegratedRunner` (``path-integrated``): a gradient method's map integrated
+  along a path from a baseline (:mod:`guidedbp.engine._averaging`), many traced passes
+  per image, one class at a time.
+
+Every runner answers ``maps(names, key, images, targets, traced)`` with method ->
+float32 ``(N, K, ...)`` maps. :class:`MethodRunners` groups an explainer's methods by
+the runner their records name and asks each runner for its group, in the order of
+:data:`~guidedbp.engine.methods.RUNNERS`. SmoothGrad is not a runner: it averages
+every runner's maps over noisy copies (:func:`~guidedbp.engine._averaging.smoothgrad`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from guidedbp.engine import _averaging, _perturbation
+from guidedbp.engine import methods as registry
+from guidedbp.engine._functions import TracedFunctions
+from guidedbp.engine.options import MethodOptions
+
+#: ``(image_shape, columns, methods, batch)`` -> None, raising when a pass cannot fit.
+MemoryCheck = Callable[..., None]
+
+#: ``(0-255 values, channels)`` -> those pixels in the model's input space.
+PixelValues = Callable[[object, int], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What one traced pass over the images gave, K classes per image.
+
+    Attributes:
+        maps: method -> float32 ``(N, K, ...)`` maps of the pass's gradient methods.
+        targets: int32 ``(N, K)`` the classes, ranks resolved.
+        logits: float32 ``(N, K)`` their scores.
+        probabilities: float32 ``(N, K)`` their probabilities.
+        class_probabilities: float32 ``(N, classes)`` every class's probability.
+        features: float32 ``(N, h, w, k)`` feature map of the images (for Score-CAM),
+            or ``None``.
+    """
+
+    maps: dict[str, np.ndarray]
+    targets: np.ndarray
+    logits: np.ndarray
+    probabilities: np.ndarray
+    class_probabilities: np.ndarray
+    features: np.ndarray | None = None
+
+
+class Runner:
+    """How the methods of one kind are computed (the defaults fit a traced pass).
+
+    Attributes:
+        shares_columns: Whether it explains K classes per image in one run, reading
+            the traced pass of those K classes; else it runs one class at a time, with
+            no traced pass (``traced`` is ``None``).
+    """
+
+    shares_columns = True
+
+    def traced_methods(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """The gradient methods whose traced pass it runs anyway: the explainer resolves
+        the classes with that pass, sharing its trace."""
+        return ()
+
+    def check(self, names: tuple[str, ...], image_shape: tuple) -> None:
+        """Refuse at once options of ``names`` that cannot work on ``(H, W, C)`` images."""
+
+    def maps(self, names: tuple[str, ...], key: tuple, images: np.ndarray,
+             targets: np.ndarray, traced: Pass | None) -> dict[str, np.ndarray]:
+        """method -> float32 ``(N, K, ...)`` maps of ``names`` for the int ``(N, K)``
+        ``targets`` (ranks resolved), ``traced`` the traced pass of those classes
+        (``None`` for a runner that does not share columns)."""
+        raise NotImplementedError
+
+
+class GradientRunner(Runner):
+    """Maps computed in the traced pass itself: guided, vanilla, deconvnet, the CAMs."""
+
+    def __init__(self, functions: TracedFunctions, options: MethodOptions,
+                 check_memory: MemoryCheck):
+        self.functions = functions
+        self.options = options
+        self.check_memory = check_memory
+
+    def traced_methods(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        return names
+
+    def run(self, methods: tuple[str, ...], key: tuple, images: np.ndarray,
+            targets: np.ndarray, features: bool = False) -> Pass:
+        """Gradient ``methods`` for K classes per image (``targets`` ``(N, K)``, ``-r`` the
+        r-th most probable), from one forward pass per batch, with ``features`` the
+        feature map of the images."""
+        batch_size = self.options.batch_size
+        self.check_memory(images.shape[1:], targets.shape[1], methods,
+                          batch=min(len(images), batch_size))
+        function = self.functions.gradient(key, methods, targets.shape[1])
+        parts = []
+        for start in range(0, len(images), batch_size):
+            parts.append(function(images[start : start + batch_size],
+                                  targets[start : start + batch_size]))
+        joined = {name: np.concatenate([p[name].numpy() for p in parts])
+                  for name in ("targets", "logits", "probabilities", "class_probabilities")}
+        return Pass(
+            maps={m: np.concatenate([p["maps"][m].numpy() for p in parts]) for m in methods},
+            features=(np.concatenate([p["features"].numpy() for p in parts]) if features
+                      else None),
+            **joined,
+        )
+
+    def maps(self, names, key, images, targets, traced):
+        return {name: traced.maps[name] for name in names}
+
+
+class PerturbationRunner(Runner):
+    """Maps from the model's scores on perturbed copies, forward only: Score-CAM,
+    occlusion (their ``combine`` reads a :class:`~guidedbp.engine._perturbation.Probe`)."""
+
+    def __init__(self, functions: TracedFunctions, options: MethodOptions,
+                 pixel_values: PixelValues):
+        self.functions = functions
+        self.options = options
+        self.pixel_values = pixel_values
+
+    def check(self, names, image_shape):
+        if "occlusion" in names:  # its patch fits, and not too often
+            occlusion = self.options.occlusion
+            _perturbation.occlusion_geometry(*image_shape[:2], occlusion.patch, occlusion.stride)
+
+    def maps(self, names, key, images, targets, traced):
+        predict = self.functions.predict(key)
+        probe = _perturbation.Probe(
+            images, np.asarray(targets).astype(np.int32),
+            lambda batch: predict(batch)[0].numpy(), self.options.batch_size, self.options,
+            features=None if traced is None else traced.features,
+            fill=self.pixel_values(self.options.occlusion.fill, images.shape[-1]),
+        )
+        return {name: registry.method(name).combine(probe) for name in names}
+
+
+class PathIntegratedRunner(Runner):
+    """Maps integrated along a path from a baseline: integrated gradients, over the
+    traced pass of its own record (the plain input gradient), one class at a time."""
+
+    shares_columns = False
+
+    def __init__(self, gradient: GradientRunner, options: MethodOptions,
+                 pixel_values: PixelValues):
+        self.gradient = gradient
+        self.options = options
+        self.pixel_values = pixel_values
+
+    def traced_methods(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        return names[:1]
+
+    def maps(self, names, key, images, targets, traced):
+        ig = self.options.integrated_gradients
+        black, white = self.pixel_values([0.0, 255.0], images.shape[-1])
+        baselines = _averaging.make_baselines(images, ig.baseline, black, white)
+        result = {}
+        for name in names:
+
+            def base_maps(batch: np.ndarray, fixed: np.ndarray, name: str = name) -> np.ndarray:
+                return self.gradient.run((name,), key, batch, fixed[:, None]).maps[name][:, 0]
+
+            result[name] = np.stack([
+                _averaging.integrated_gradients(base_maps, images, targets[:, column],
+                                                baselines, ig.steps, self.options.batch_size)
+                for column in range(targets.shape[1])
+            ], axis=1)
+        return result
+
+
+class MethodRunners:
+    """An explainer's methods grouped by the runner their records name, and those runners.
+
+    Args:
+        methods: The explainer's methods.
+        functions: The explainer's cache of traced functions.
+        options: The explainer's options.
+        check_memory: Refuses a gradient pass that cannot fit in memory.
+        pixel_values: 0-255 pixel values -> the model's input space.
+
+    Attributes:
+        groups: runner kind -> its methods, in the order of
+            :data:`~guidedbp.engine.methods.RUNNERS`; kinds with no method left out.
+        clean: The gradient methods of the traced pass that resolves the classes: the
+            first a runner runs anyway (the gradient methods', else integrated
+            gradients'), else none (a pass computing no map).
+        shares_columns: Whether every runner explains K classes per image at once.
+        feature_channels: Signature -> channels of the feature map the pass handed out.
+    """
+
+    def __init__(self, methods: Sequence[str], functions: TracedFunctions,
+                 options: MethodOptions, check_memory: MemoryCheck, pixel_values: PixelValues):
+        self.functions = functions
+        self.gradient = GradientRunner(functions, options, check_memory)
+        every = {
+            registry.GRADIENT: self.gradient,
+            registry.PERTURBATION: PerturbationRunner(functions, options, pixel_values),
+            registry.PATH_INTEGRATED: PathIntegratedRunner(self.gradient, options, pixel_values),
+        }
+        self.groups = by_runner(methods)
+        self.runners: dict[str, Runner] = {kind: every[kind] for kind in self.groups}
+        self.clean: tuple[str, ...] = next(
+            (traced for traced in (self.runners[kind].traced_methods(names)
+                                   for kind, names in self.groups.items()) if traced), ())
+        self.shares_columns = all(runner.shares_columns for runner in self.runners.values())
+        self.feature_channels: dict[tuple, int] = {}
+
+    def check(self, methods: Sequence[str], image_shape: tuple) -> None:
+        """Each runner's :meth:`Runner.check` of its methods among ``methods``."""
+        for kind, names in by_runner(methods).items():
+            self.runners[kind].check(names, tuple(image_shape))
+
+    def resolve(self, key: tuple, images: np.ndarray, targets: np.ndarray) -> Pass:
+        """The clean traced pass for int ``(N, K)`` ``targets`` (``-r``: the r-th most
+        probable): the classes resolved, with their scores."""
+        return self.gradient.run(self.clean, key, images, targets)
+
+    def columns(self, key: tuple, images: np.ndarray, targets: np.ndarray
+                ) -> tuple[Pass, dict[str, np.ndarray]]:
+        """The traced pass for ``(N, K)`` ``targets`` and the ``(N, K, ...)`` maps of the
+        runners that explain K classes at once, from it."""
+        traced = self.gradient.run(self.clean, key, images, targets,
+                                   features=self.functions.features)
+        if traced.features is not None:
+            self.feature_channels[key] = int(traced.features.shape[-1])
+        maps = {}
+        for kind, names in self.groups.items():
+            if self.runners[kind].shares_columns:
+                maps.update(self.runners[kind].maps(names, key, images, traced.targets, traced))
+        return traced, maps
+
+    def per_class(self, key: tuple, images: np.ndarray, targets: np.ndarray
+                  ) -> dict[str, np.ndarray]:
+        """The ``(N, ...)`` maps of the runners that explain one class at a time, for the
+        ``(N,)`` ``targets`` (ranks resolved)."""
+        maps = {}
+        for kind, names in self.groups.items():
+            if not self.runners[kind].shares_columns:
+                found = self.runners[kind].maps(names, key, images, targets[:, None], None)
+                maps.update({name: columns[:, 0] for name, columns in found.items()})
+        return maps
+
+    def fixed_maps(self, key: tuple, images: np.ndarray, targets: np.ndarray
+                   ) -> dict[str, np.ndarray]:
+        """Every method's ``(N, ...)`` maps for the fixed ``(N,)`` ``targets``: what
+        SmoothGrad averages."""
+        maps = {}
+        if any(runner.shares_columns for runner in self.runners.values()):
+            _, shared = self.columns(key, images, targets[:, None])
+            maps = {name: columns[:, 0] for name, columns in shared.items()}
+        return {**maps, **self.per_class(key, images, targets)}
+
+
+def hands_out_features(methods: Sequence[str]) -> bool:
+    """Whether the traced pass must return its feature map: a method with a feature map
+    (the ``layer`` option) is computed by another runner (Score-CAM)."""
+    return any(registry.method(m).feature_map and registry.method(m).runner != registry.GRADIENT
+               for m in methods)
+
+
+def by_runner(methods: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """``methods`` grouped by the runner their records name, in the order of
+    :data:`~guidedbp.engine.methods.RUNNERS`, each group in the order of ``methods``;
+    runners with no method left out."""
+    groups = {kind: tuple(m for m in methods if registry.method(m).runner == kind)
+              for kind in registry.RUNNERS}
+    return {kind: names for kind, names in groups.items() if names}
