@@ -1,8 +1,10 @@
 """`make bench`: speed figures measured side by side in one process.
 
 - engine: guided vs vanilla (plain input gradient) on Keras applications with
-  ``weights=None`` at 224x224, batch 8. Both explainers are warmed up (traced and
-  run once), then timed alternately; the ratio is the median of per-round ratios.
+  ``weights=None`` at 224x224, batch 8 — the ReLU models, then EfficientNetB0,
+  ConvNeXtTiny and keras-hub's ViT-B/16, guided by the generalised rule (SiLU, GELU).
+  Both explainers are warmed up (traced and run once), then timed alternately; the
+  ratio is the median of per-round ratios.
 - savedmodel: loading a ResNet50 SavedModel (inlining its graph) and its first trace.
 - methods: several methods from one forward pass. On ResNet50 (``weights=None``),
   224x224, batch 16: the marginal time per image (so start-up cancels) of
@@ -45,6 +47,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from guidedbp import Explainer  # noqa: E402
+from guidedbp.engine import format_counts  # noqa: E402
 from guidedbp.pipeline.run import ModelWarning  # noqa: E402
 
 # The benchmark's random networks and scale-less test models are known; their notes
@@ -52,7 +55,24 @@ from guidedbp.pipeline.run import ModelWarning  # noqa: E402
 warnings.simplefilter("ignore", ModelWarning)
 
 APPLICATIONS = ("ResNet50", "DenseNet121", "MobileNetV2", "VGG16")
+#: Models whose activations are not ReLUs, guided by the generalised rule (--guide all):
+#: SiLU and sigmoid, GELU, and keras-hub's ViT-B/16 (GELU, attention) built from a config.
+MODERN = ("EfficientNetB0", "ConvNeXtTiny", "keras-hub ViT-B16")
 TARGET_RATIO = 1.10
+
+
+def _bench_model(name: str, size: int):
+    """A ``keras.applications`` model or keras-hub's ViT-B/16, random weights."""
+    keras.utils.set_random_seed(0)
+    if name == "keras-hub ViT-B16":
+        import keras_hub
+
+        backbone = keras_hub.models.ViTBackbone(
+            image_shape=(size, size, 3), patch_size=16, num_layers=12, num_heads=12,
+            hidden_dim=768, mlp_dim=3072)
+        return keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=1000,
+                                                   preprocessor=None)
+    return getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3))
 
 
 def timed(function, *args) -> float:
@@ -64,12 +84,15 @@ def timed(function, *args) -> float:
 def engine_ratios(rounds: int, batch: int, size: int) -> bool:
     print(f"guided vs vanilla gradient: weights=None, {size}x{size}, batch {batch}, "
           f"median of >= {rounds} interleaved rounds (~10 s per model)")
-    print(f"{'model':<14}{'guided s':>10}{'vanilla s':>11}{'ratio':>8}")
+    print(f"{'model':<18}{'guided s':>10}{'vanilla s':>11}{'ratio':>8}")
     images = np.random.default_rng(0).uniform(-1, 1, (batch, size, size, 3)).astype(np.float32)
     worst = 0.0
-    for name in APPLICATIONS:
-        keras.utils.set_random_seed(0)
-        model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3))
+    for name in (*APPLICATIONS, *MODERN):
+        try:
+            model = _bench_model(name, size)
+        except ImportError as error:  # keras-hub needs Python >= 3.11
+            print(f"{name:<18}skipped: {error}")
+            continue
         guided = Explainer(model, "guided", batch_size=batch)
         vanilla = Explainer(model, "vanilla", batch_size=batch)
         for explainer in (guided, vanilla):  # trace and warm up
@@ -88,9 +111,9 @@ def engine_ratios(rounds: int, batch: int, size: int) -> bool:
             ratios.append(times[id(guided)] / times[id(vanilla)])
         ratio = statistics.median(ratios)
         worst = max(worst, ratio)
-        print(f"{name:<14}{statistics.median(guided_times):>10.3f}"
-              f"{statistics.median(vanilla_times):>11.3f}{ratio:>8.3f}  ({model_rounds} rounds)",
-              flush=True)
+        print(f"{name:<18}{statistics.median(guided_times):>10.3f}"
+              f"{statistics.median(vanilla_times):>11.3f}{ratio:>8.3f}  ({model_rounds} rounds; "
+              f"guided {format_counts(guided.report.guided_activations)})", flush=True)
         assert guided.trace_count == 1 and vanilla.trace_count == 1
     verdict = "met" if worst <= TARGET_RATIO else "NOT met"
     print(f"worst ratio {worst:.3f}: target <= {TARGET_RATIO:.2f} {verdict}")
@@ -111,7 +134,8 @@ def savedmodel_load(folder: str) -> None:
     explainer(np.zeros((1, 224, 224, 3), np.float32))
     first_s = time.perf_counter() - start
     print(f"ResNet50 SavedModel: load + inline {loaded_s:.2f} s, "
-          f"first map (trace) {first_s:.2f} s, guided ops {explainer.report.guided_ops}")
+          f"first map (trace) {first_s:.2f} s, guided "
+          f"{format_counts(explainer.report.guided_activations)}")
 
 
 def write_images(folder: str, count: int, size=(240, 320)) -> None:

@@ -101,13 +101,15 @@ def unique(caveats: Iterable[Caveat]) -> tuple[Caveat, ...]:
     return tuple(dict.fromkeys(caveats))
 
 
-def no_guided_activation(method: str) -> Caveat:
-    """``method`` (guided backprop or one built on it) computed on a model with no
-    ReLU-family op: it equals the plain gradient (times the CAM, for guided CAMs)."""
+def no_guided_activation(method: str, guide: str = "all") -> Caveat:
+    """``method`` (guided backprop, deconvnet or one built on them) computed on a model
+    with no activation in its rule's scope (``guide``: ``"all"`` activations or the
+    ``"relu"`` family): it equals the plain gradient (times the CAM, for guided CAMs)."""
     plain = ("plain gradient x " + method.removeprefix("guided-") if "cam" in method
              else "plain gradient")
-    return Caveat(NO_GUIDED_ACTIVATION,
-                  f"{method} = {plain}: the model has no guided activation", method)
+    what = "no ReLU-family activation (--guide relu)" if guide == "relu" else \
+        "no guided activation"
+    return Caveat(NO_GUIDED_ACTIVATION, f"{method} = {plain}: the model has {what}", method)
 
 
 def negligible_map(method: str, effect: float) -> Caveat:

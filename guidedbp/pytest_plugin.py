@@ -410,8 +410,9 @@ def assert_relu_coverage(model, images=None, *, allow_plain=()) -> None:
         images: Needed only for a model without a fixed input size: an ``(N, H, W, C)``
             array in the model's input space, image files, or ``None`` (generated
             images, as ``guidedbp check`` makes them).
-        allow_plain: Activation types that may keep their plain gradient, as the
-            engine's report names them (``"sigmoid"``, ``"GELU"``, ``"PReLU"``...).
+        allow_plain: Activation kinds that may keep their plain gradient, as the
+            engine's report names them (``"sigmoid"``, ``"gelu"``, ``"prelu"``...; any
+            case).
 
     Raises:
         AssertionError: With the relu-coverage check's one-line reason.
@@ -420,7 +421,8 @@ def assert_relu_coverage(model, images=None, *, allow_plain=()) -> None:
     """
     __tracebackhide__ = True
     result = _run(model, images, "relu-coverage")
-    plain = sorted(set(result.data.get("plain_activations", {})) - set(allow_plain))
+    allowed = {str(name).lower() for name in allow_plain}
+    plain = sorted(set(result.data.get("plain_activations", {})) - allowed)
     if not result.failed and plain:
         raise AssertionError(f"relu-coverage check: {', '.join(plain)} left with the plain "
                              f"gradient (allow_plain= to accept): {result.detail}")

@@ -197,10 +197,11 @@ def mixed_relu_cnn() -> keras.Model:
     return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x))
 
 
-def gelu_cnn() -> keras.Model:
-    """Free spatial size, 1 channel, unseeded weights: GELU only, 2 logits (no head)."""
+def gelu_cnn(activation: str = "gelu") -> keras.Model:
+    """Free spatial size, 1 channel, unseeded weights: GELU only (or ``activation``), 2
+    logits (no head)."""
     inputs = keras.Input((None, None, 1))
-    x = keras.layers.Conv2D(4, 3, activation="gelu")(inputs)
+    x = keras.layers.Conv2D(4, 3, activation=activation)(inputs)
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(inputs, keras.layers.Dense(2)(x))
 

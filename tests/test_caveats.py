@@ -1,10 +1,11 @@
 """Caveats travel with the maps: the engine's Explanation, the package's Explainer and
 explain_image, each manifest record, panels and figures (issue 19, item 4).
 
-The models are tiny and exact: a swish/GELU network (no ReLU-family op, so guided equals
-the plain gradient), a ReLU network without a Rescaling layer fed raw 0-255 pixels, and a
-linear model whose input gradient is a chosen power of two (so the negligible-map
-criterion can be checked on both sides of its threshold by hand).
+The models are tiny and exact: a network with no activation (so guided equals the plain
+gradient; a swish/GELU one is guided by the generalised rule now), a ReLU network without
+a Rescaling layer fed raw 0-255 pixels, and a linear model whose input gradient is a
+chosen power of two (so the negligible-map criterion can be checked on both sides of its
+threshold by hand).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ INK = np.array([170, 30, 0])  # the panels' caveat ink (guidedbp/render/panel.py
 
 @pytest.fixture(scope="module")
 def swish():
-    return models.swish_cnn()
+    return models.swish_cnn(("linear", "linear"))  # nothing for any rule to guide
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,8 @@ def test_every_guided_method_is_named_in_its_own_caveat(swish):
     with pytest.warns(NoReluWarning):
         explanation = EngineExplainer(swish, method="deconvnet,guided-gradcam").explain(images)
     assert [(c.method, c.text) for c in explanation.caveats_of(0)] == [
-        ("deconvnet", "deconvnet = plain gradient: the model has no guided activation"),
+        ("deconvnet", "deconvnet = plain gradient: the model has no ReLU-family activation "
+                      "(--guide relu)"),
         ("guided-gradcam",
          "guided-gradcam = plain gradient x gradcam: the model has no guided activation")]
 
@@ -153,7 +155,7 @@ def test_package_explainer_adds_the_models_caveats_first(swish):
     # Choosing a preprocessing answers it.
     assert guidedbp.Explainer(loaded, preprocess="tf").explain(images).caveats_of(0) == ()
     with pytest.warns(NoReluWarning):
-        both = guidedbp.Explainer(load_model(models.gelu_cnn()), method="guided").explain(
+        both = guidedbp.Explainer(load_model(models.gelu_cnn("linear")), method="guided").explain(
             np.ones((1, 5, 5, 1), np.float32))
     assert [c.code for c in both.caveats_of(0)] == ["no-rescaling", "no-guided-activation"]
 

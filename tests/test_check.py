@@ -152,8 +152,8 @@ def test_relu_cnn_passes_every_check(relu_results):
         "loads": PASS, "relu-coverage": PASS, "finite": PASS, "guided-differs": PASS,
         "self-test": PASS, "randomization": INFO,
     }
-    assert results["relu-coverage"].data["guided_ops"] == {"Relu": 3}
-    assert results["relu-coverage"].detail == "guided: Relu: 3"
+    assert results["relu-coverage"].data["guided_activations"] == {"relu": 3}
+    assert results["relu-coverage"].detail == "guided: relu 3"
     assert results["loads"].data["predicted"] == 4
     assert results["self-test"].data["relative_error"] <= 1e-4
     assert results["self-test"].data["image"] == "generated/0"
@@ -226,13 +226,25 @@ def test_randomization_skips_a_model_it_cannot_copy():
 # -- models built to fail ------------------------------------------------------------------
 
 
-def test_gelu_model_fails_coverage_and_differs_naming_its_activations():
-    results = by_name(run_checks(session_of(relu_cnn(seed=3, activation="gelu")), DEFAULT))
+def test_gelu_model_passes_coverage_naming_its_activations():
+    results = by_name(run_checks(session_of(relu_cnn(seed=3, activation="gelu")),
+                                 ["relu-coverage", "guided-differs", "self-test"]))
+    coverage = results["relu-coverage"]
+    assert coverage.status == PASS
+    assert "guided: gelu 3" in coverage.detail
+    assert (coverage.data["guided_activations"], coverage.data["plain_activations"]) == (
+        {"gelu": 3}, {})
+    assert results["guided-differs"].status == PASS
+    assert results["self-test"].status == SKIP  # no ReLU for the literal chain
+
+
+def test_linear_model_fails_coverage_and_differs():
+    results = by_name(run_checks(session_of(relu_cnn(seed=3, activation="linear")), DEFAULT))
     coverage = results["relu-coverage"]
     assert coverage.status == FAIL
     assert "guided backprop equals the plain gradient for this model" in coverage.detail
-    assert "GELU: 3" in coverage.detail
-    assert coverage.data["plain_activations"] == {"GELU": 3}
+    assert "no activation to guide" in coverage.detail
+    assert coverage.data["plain_activations"] == {}
     differs = results["guided-differs"]
     assert differs.status == FAIL
     assert differs.data["equal"] == ["generated/0", "generated/1", "generated/2", "generated/3"]
@@ -281,7 +293,7 @@ def test_prelu_model_skips_the_self_test_with_the_reason():
     assert results["self-test"].status == SKIP
     assert "PReLU" in results["self-test"].detail
     assert results["relu-coverage"].status == PASS
-    assert results["relu-coverage"].data["plain_activations"] == {"PReLU": 1}
+    assert results["relu-coverage"].data["guided_activations"] == {"relu": 3, "prelu": 1}
 
 
 def test_a_check_that_raises_fails_alone(relu_model, monkeypatch):

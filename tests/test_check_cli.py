@@ -24,7 +24,7 @@ def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("check-cli")
     tiny_cnn(2).save(folder / "relu.keras")
     tiny_cnn(9).save(folder / "other.keras")  # same architecture, other weights
-    tiny_cnn(2, activation="gelu").save(folder / "gelu.keras")
+    tiny_cnn(2, activation="linear").save(folder / "linear.keras")  # nothing to guide
     images = folder / "images"
     (images / "sub").mkdir(parents=True)
     rng = np.random.default_rng(0)
@@ -57,14 +57,14 @@ def test_relu_model_passes_with_a_table(files):
     assert result.stderr == ""
 
 
-def test_gelu_model_fails_with_exit_1_and_json(files):
-    document = check_json(files / "gelu.keras", code=1)
+def test_linear_model_fails_with_exit_1_and_json(files):
+    document = check_json(files / "linear.keras", code=1)
     assert document["passed"] is False
     assert statuses(document) == {"loads": "pass", "relu-coverage": "fail", "finite": "pass",
                                   "guided-differs": "fail", "self-test": "skip",
                                   "randomization": "info"}
     coverage = document["checks"][1]
-    assert coverage["data"]["plain_activations"] == {"GELU": 2}
+    assert coverage["data"]["plain_activations"] == {}
     assert "guided backprop equals the plain gradient for this model" in coverage["detail"]
     assert document["summary"] == {"pass": 2, "fail": 2, "info": 1, "skip": 1}
     assert document["images"] == [f"generated/{i}" for i in range(4)]
@@ -72,7 +72,7 @@ def test_gelu_model_fails_with_exit_1_and_json(files):
 
 def test_junit_xml_names_each_check(files, tmp_path):
     report = tmp_path / "reports" / "check.xml"
-    check(files / "gelu.keras", "--junit-xml", report, code=1)
+    check(files / "linear.keras", "--junit-xml", report, code=1)
     root = ET.parse(report).getroot()
     suites = root.findall("testsuite")
     assert len(suites) == 1 and suites[0].get("name") == "guidedbp check"
@@ -80,7 +80,7 @@ def test_junit_xml_names_each_check(files, tmp_path):
     assert list(cases) == DEFAULT
     assert {case.get("classname") for case in cases.values()} == {"guidedbp check"}
     model = suites[0].find("properties/property[@name='model']")
-    assert model.get("value") == str(files / "gelu.keras")
+    assert model.get("value") == str(files / "linear.keras")
     assert suites[0].get("failures") == "2" and suites[0].get("skipped") == "1"
     failure = cases["relu-coverage"].find("failure")
     assert "guided backprop equals the plain gradient" in failure.get("message")
@@ -207,7 +207,7 @@ def test_drifted_maps_get_diff_pictures_named_in_the_table_and_junit_xml(files, 
 
 
 def test_failing_checks_save_no_baseline(files, tmp_path):
-    result = check(files / "gelu.keras", "--save-baseline", tmp_path / "b", code=1)
+    result = check(files / "linear.keras", "--save-baseline", tmp_path / "b", code=1)
     assert "baseline not saved: 2 checks failed (relu-coverage, guided-differs)" in result.stderr
     assert not (tmp_path / "b").exists()
 
@@ -250,7 +250,7 @@ def test_unknown_expected_class_name_exits_2(files, tmp_path):
 
 def test_python_m_guidedbp_check_exit_code(files):
     completed = subprocess.run(
-        [sys.executable, "-m", "guidedbp", "check", str(files / "gelu.keras"), "--checks",
+        [sys.executable, "-m", "guidedbp", "check", str(files / "linear.keras"), "--checks",
          "loads,relu-coverage"],
         capture_output=True, text=True, cwd=REPO, timeout=120,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},

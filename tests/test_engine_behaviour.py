@@ -70,7 +70,7 @@ def images():
 def test_every_relu_form_is_guided(relu_model, images):
     explainer = Explainer(relu_model, "guided")
     maps = explainer(images)
-    assert explainer.report.guided_ops == {"Relu": 5, "Relu6": 1}
+    assert explainer.report.guided_activations == {"relu": 5, "relu6": 1}
     assert explainer.report.head == "softmax"
     assert_close(maps, reference_saliency(relu_model, images))
     vanilla = Explainer(relu_model, "vanilla")(images)
@@ -82,7 +82,7 @@ def test_deconvnet_matches_reference(relu_model, images):
                  reference_saliency(relu_model, images, 2, "deconvnet"))
 
 
-def test_other_activations_keep_plain_gradient():
+def _other_activations_model() -> keras.Model:
     keras.utils.set_random_seed(2)
     inputs = keras.Input((6, 6, 2))
     x = keras.layers.Conv2D(4, 3, padding="same")(inputs)
@@ -93,17 +93,39 @@ def test_other_activations_keep_plain_gradient():
     x = keras.layers.Conv2D(4, 3, padding="same", activation="sigmoid")(x)
     x = keras.layers.PReLU()(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
-    model = keras.Model(inputs, keras.layers.Dense(3)(x))
+    return keras.Model(inputs, keras.layers.Dense(3)(x))
+
+
+OTHER_ACTIVATIONS = {"leaky_relu": 1, "elu": 1, "gelu": 1, "tanh": 1, "sigmoid": 1, "prelu": 1}
+
+
+def test_other_activations_keep_plain_gradient_in_the_relu_scope():
+    model = _other_activations_model()
     images = np.random.default_rng(1).normal(size=(2, 6, 6, 2)).astype(np.float32)
-    guided = Explainer(model, "guided")
+    guided = Explainer(model, "guided", guide="relu")
     with pytest.warns(NoReluWarning, match="equals the plain gradient"):
         guided_maps = guided(images)
     np.testing.assert_array_equal(guided_maps, Explainer(model, "vanilla")(images))
-    assert guided.report.guided_ops == {}
+    assert guided.report.guided_activations == {}
     # Keras' GELU is exact by default (an Erfc op); "tanh" here is the tanh layer alone.
-    assert guided.report.plain_activations == {
-        "LeakyReLU": 1, "ELU": 1, "GELU": 1, "tanh": 1, "sigmoid": 1, "PReLU": 1,
-    }
+    assert guided.report.plain_activations == OTHER_ACTIVATIONS
+    assert guided.report.guide == "relu"
+
+
+def test_other_activations_are_guided_by_default():
+    model = _other_activations_model()
+    images = np.random.default_rng(1).normal(size=(2, 6, 6, 2)).astype(np.float32)
+    guided = Explainer(model, "guided")
+    guided_maps = guided(images)
+    vanilla_maps = Explainer(model, "vanilla")(images)
+    assert np.abs(guided_maps - vanilla_maps).max() > 0.1 * np.abs(vanilla_maps).max()
+    assert guided.report.guided_activations == OTHER_ACTIVATIONS
+    assert (guided.report.plain_activations, guided.report.guide) == ({}, "all")
+    # Deconvnet keeps the ReLU family's scope unless told: here it equals the gradient.
+    deconvnet = Explainer(model, "deconvnet")
+    with pytest.warns(NoReluWarning):
+        np.testing.assert_array_equal(deconvnet(images), vanilla_maps)
+    assert deconvnet.report.guide == "relu"
 
 
 def test_swish_and_approximate_gelu_are_reported():
@@ -112,11 +134,15 @@ def test_swish_and_approximate_gelu_are_reported():
     x = keras.layers.Activation(lambda t: keras.activations.gelu(t, approximate=True))(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     model = keras.Model(inputs, keras.layers.Dense(2, activation="relu")(x))
-    explainer = Explainer(model)
-    explainer(np.ones((1, 4, 4, 1), np.float32))
-    # swish is x * sigmoid(x); the tanh approximation of GELU shows as its tanh op.
-    assert explainer.report.plain_activations == {"sigmoid": 1, "tanh": 1}
-    assert explainer.report.guided_ops == {"Relu": 1}
+    every = Explainer(model)
+    every(np.ones((1, 4, 4, 1), np.float32))
+    # swish is x * sigmoid(x): one silu, not a sigmoid; the tanh GELU is one gelu.
+    assert every.report.guided_activations == {"silu": 1, "gelu": 1, "relu": 1}
+    assert every.report.plain_activations == {}
+    relu_only = Explainer(model, guide="relu")
+    relu_only(np.ones((1, 4, 4, 1), np.float32))
+    assert relu_only.report.guided_activations == {"relu": 1}
+    assert relu_only.report.plain_activations == {"silu": 1, "gelu": 1}
 
 
 def test_no_retrace_over_batch_sizes(relu_model):
@@ -217,17 +243,17 @@ def test_mixed_precision_returns_float32():
     explanation = explainer.explain(images)
     assert explanation.maps.dtype == np.float32 and explanation.maps.shape == images.shape
     assert explanation.probabilities.dtype == np.float32
-    assert explainer.report.guided_ops == {"Relu": 1} and explainer.report.head == "softmax"
+    assert explainer.report.guided_activations == {"relu": 1} and explainer.report.head == "softmax"
     assert_close(explanation.maps, reference_saliency(model, images), rtol=1e-2)
 
 
 def test_report_before_any_call_traces_once(relu_model):
     explainer = Explainer(relu_model)
-    assert explainer.report.guided_ops == {"Relu": 5, "Relu6": 1}
+    assert explainer.report.guided_activations == {"relu": 5, "relu6": 1}
     assert explainer.report.num_classes == 5
     explainer(np.zeros((2, 8, 8, 3), np.float32))
     assert explainer.trace_count == 1
-    assert "Relu: 5" in str(explainer.report)
+    assert "guided activations: relu 5, relu6 1 (--guide all)" in str(explainer.report)
     assert explainer.report.as_dict()["head_bypassed"] == "softmax"
 
 

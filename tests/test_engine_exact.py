@@ -134,19 +134,31 @@ def test_relu6_mask_is_zero_outside_0_6(make_layer, method):
     np.testing.assert_array_equal(explainer(X12, 0).ravel(), RELU6_CLASS0[method])
     if method == "guided":
         np.testing.assert_array_equal(explainer(X12, 1).ravel(), [-2, 2])
-        assert explainer.report.guided_ops == {"Relu6": 1}
+        assert explainer.report.guided_activations == {"relu6": 1}
 
 
-def test_prelu_keeps_its_plain_gradient():
+def test_prelu_keeps_its_plain_gradient_in_the_relu_scope():
     # pre = [3, -2] -> PReLU(0.25) = [3, -0.5]; d logit0 / dh = [-1, 2];
     # PReLU slope [1, 0.25] -> [-1, 0.5]; W1.[-1, 0.5] = [-2, -1], for every method.
     model = prelu_mlp()
     for method in GRADIENT_METHODS:
-        explainer = Explainer(model, method)
+        explainer = Explainer(model, method, guide="relu")
         with pytest.warns(NoReluWarning) if method != "vanilla" else _no_warning():
             np.testing.assert_array_equal(explainer(X12, 0).ravel(), [-2, -1])
-        assert explainer.report.plain_activations == {"PReLU": 1}
-        assert explainer.report.guided_ops == {}
+        assert explainer.report.plain_activations == {"prelu": 1}
+        assert explainer.report.guided_activations == {}
+
+
+def test_prelu_is_one_activation_in_the_all_scope():
+    # g = d logit0 / dh = [-1, 2]; max(g, 0) = [0, 2]. Guided: times the slope [1, 0.25]
+    # -> [0, 0.5]; W1 = [[1, -2], [1, 0]] -> [-1, 0]. Deconvnet: W1.[0, 2] = [-4, 0].
+    model = prelu_mlp()
+    expected = {"guided": [-1, 0], "deconvnet": [-4, 0], "vanilla": [-2, -1]}
+    for method, values in expected.items():
+        explainer = Explainer(model, method, guide="all")
+        np.testing.assert_array_equal(explainer(X12, 0).ravel(), values)
+    assert explainer.report.guided_activations == {}  # vanilla guides nothing
+    assert Explainer(model, "guided", guide="all").report.guided_activations == {"prelu": 1}
 
 
 class _no_warning:

@@ -89,21 +89,21 @@ def test_random_dag_guided_differs_from_vanilla():
 
 
 @pytest.mark.parametrize(
-    ("name", "size", "guided_ops"),
+    ("name", "size", "guided_activations"),
     [
-        ("ResNet50", 32, {"Relu": 49}),
-        ("VGG16", 32, {"Relu": 15}),
-        ("MobileNetV2", 32, {"Relu6": 35}),
-        ("DenseNet121", 32, {"Relu": 121}),
+        ("ResNet50", 32, {"relu": 49}),
+        ("VGG16", 32, {"relu": 15}),
+        ("MobileNetV2", 32, {"relu6": 35}),
+        ("DenseNet121", 32, {"relu": 121}),
     ],
 )
-def test_keras_applications_equal_reference(name, size, guided_ops):
+def test_keras_applications_equal_reference(name, size, guided_activations):
     keras.utils.set_random_seed(0)
     model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3))
     images = np.random.default_rng(0).normal(size=(2, size, size, 3)).astype(np.float32)
     explainer = Explainer(model, "guided")
     explanation = explainer.explain(images)
-    assert explainer.report.guided_ops == guided_ops
+    assert explainer.report.guided_activations == guided_activations
     assert explainer.report.head == "softmax" and explainer.report.num_classes == 1000
     expected = reference_saliency(model, images, explanation.targets)
     assert relative_error(explanation.maps, expected) <= 1e-5

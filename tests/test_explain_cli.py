@@ -45,8 +45,8 @@ from .models import colour_cnn
 
 LABELS = ["cat", "dog", "bird"]
 ALL_RENDERS = ",".join(RENDERS)
-RECORD_KEYS = {"input", "status", "error", "class", "label", "score", "method", "outputs",
-               "raw", "targets", "caveats"}
+RECORD_KEYS = {"input", "status", "error", "class", "label", "score", "method", "guided",
+               "outputs", "raw", "targets", "caveats"}
 TARGET_KEYS = {"class", "label", "score", "outputs", "raw", "caveats"}
 REPO = Path(__file__).resolve().parents[1]
 FLAT_COUNT = 320
@@ -175,6 +175,8 @@ def test_manifest_records_have_every_field(full):
     for record in full.records:
         assert set(record) == RECORD_KEYS
         assert record["method"] == "guided"
+        assert record["guided"]["guided"]["guide"] == "all"
+        assert sum(record["guided"]["guided"]["guided_activations"].values()) > 0
         assert record["error"] is None or "\n" not in record["error"]
         for target in record["targets"]:
             assert set(target) == TARGET_KEYS

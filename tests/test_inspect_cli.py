@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import keras
 import pytest
 
 from .helpers import run_cli
@@ -17,7 +18,8 @@ RESCALING_NOTE = (
     "no Rescaling/Normalization layer at the input: if the model was trained on scaled "
     "pixels, pass --preprocess MODE (scale01, tf, caffe or torch)"
 )
-PLAIN_GRADIENT_NOTE = "no ReLU-family op: guided backprop equals the plain gradient for this model"
+PLAIN_GRADIENT_NOTE = ("no activation to guide: guided backprop equals the plain gradient for "
+                       "this model")
 
 
 def inspect(*args):
@@ -51,6 +53,9 @@ def models(tmp_path_factory):
     mixed_relu_cnn().save(folder / "mix.keras")  # Relu x2, Relu6, LeakyReLU, softmax head
     gelu_cnn().save(folder / "gelu.keras")  # GELU only, free spatial size, no head
     sigmoid_cnn().save(folder / "sigmoid.keras")  # rescales inside; one sigmoid unit
+    linear = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 3),
+                               keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
+    linear.save(folder / "linear.keras")  # no activation at all
 
     (folder / "three.txt").write_text("cat\ndog\nbird\n")
     (folder / "four.json").write_text('["cat", "dog", "bird", "fish"]')
@@ -96,8 +101,9 @@ def test_json_for_a_mixed_relu_model(models):
         "preprocess": "none",
         "preprocess_source": "default for model files (raw 0-255 pixels)",
         "resize": "stretch to 8x8",
-        "guided_ops": {"Relu": 2, "Relu6": 1},
-        "plain_activations": {"LeakyReLU": 1},
+        "guide": "all",
+        "guided_activations": {"relu": 2, "relu6": 1, "leaky_relu": 1},
+        "plain_activations": {},
         "labels_source": "none (class indices only)",
         "labels": None,
         "notes": [RESCALING_NOTE],
@@ -113,30 +119,36 @@ def test_text_for_a_mixed_relu_model(models):
         "head": "softmax bypassed: maps explain the logit",
         "preprocess": "none (default for model files (raw 0-255 pixels))",
         "resize": "stretch to 8x8",
-        "guided ops": "Relu: 2, Relu6: 1",
-        "left alone": "LeakyReLU: 1",
+        "guided": "relu 2, leaky_relu 1, relu6 1 (--guide all)",
+        "left alone": "none",
         "labels": "none (class indices only)",
         "note": [RESCALING_NOTE],
     }
     assert "class names:" not in text
 
 
-def test_gelu_model_gets_the_plain_gradient_note(models):
+def test_gelu_model_is_guided_through_its_gelu(models):
     info = inspect_json(models / "gelu.keras")
-    assert (info["guided_ops"], info["plain_activations"]) == ({}, {"GELU": 1})
+    assert (info["guided_activations"], info["plain_activations"]) == ({"gelu": 1}, {})
     assert (info["head_bypassed"], info["classes"]) == (None, 2)
     assert info["input_shape"] == [None, None, 1]
     assert info["resize"] == "free spatial size: each image keeps its own size"
-    assert PLAIN_GRADIENT_NOTE in info["notes"]
+    assert PLAIN_GRADIENT_NOTE not in info["notes"]
     assert inspect_json(models / "gelu.keras", "--size", "32x40")["resize"] == (
         "free spatial size: 32x40"
     )
     text = fields(inspect(models / "gelu.keras"))
-    assert (text["input"], text["guided ops"], text["left alone"]) == (
-        "?x?x1 float32 (HxWxC)", "none", "GELU: 1"
+    assert (text["input"], text["guided"], text["left alone"]) == (
+        "?x?x1 float32 (HxWxC)", "gelu 1 (--guide all)", "none"
     )
     assert text["head"] == "none: output is a logit"
-    assert PLAIN_GRADIENT_NOTE in text["note"]
+
+
+def test_a_model_with_no_activation_gets_the_plain_gradient_note(models):
+    info = inspect_json(models / "linear.keras")
+    assert (info["guided_activations"], info["plain_activations"]) == ({}, {})
+    assert PLAIN_GRADIENT_NOTE in info["notes"]
+    assert PLAIN_GRADIENT_NOTE in fields(inspect(models / "linear.keras"))["note"]
 
 
 def test_relu_model_gets_no_plain_gradient_note(models):
@@ -146,7 +158,7 @@ def test_relu_model_gets_no_plain_gradient_note(models):
 def test_sigmoid_head_and_a_model_that_rescales_itself(models):
     info = inspect_json(models / "sigmoid.keras")
     assert (info["head_bypassed"], info["classes"]) == ("sigmoid", 2)
-    assert info["guided_ops"] == {"Relu": 1}
+    assert info["guided_activations"] == {"relu": 1}
     assert info["notes"] == []  # a Rescaling layer inside: no preprocessing warning
 
 

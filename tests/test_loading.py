@@ -297,10 +297,10 @@ def test_guided_map_is_the_same_from_keras_h5_export_and_saved_model(formats):
     assert relative_error(plain, maps["keras"]) > 0.05
     for kind in ("h5", "export", "tf_saved_model"):
         assert relative_error(maps[kind], maps["keras"]) <= 1e-5, kind
-        assert reports[kind].guided_ops == reports["keras"].guided_ops, kind
+        assert reports[kind].guided_activations == reports["keras"].guided_activations, kind
         assert reports[kind].head == "softmax", kind
         assert reports[kind].num_classes == 5, kind
-    assert reports["keras"].guided_ops == {"Relu": 1, "Relu6": 1}
+    assert reports["keras"].guided_activations == {"relu": 1, "relu6": 1}
 
 
 def test_keras2_formats_give_the_keras3_map(formats):
@@ -309,7 +309,7 @@ def test_keras2_formats_give_the_keras3_map(formats):
     for kind in ("tf_keras_h5", "tf_keras_savedmodel"):
         explainer = Explainer(load_model(paths[kind]), "guided")
         assert relative_error(explainer(IMAGES, TARGETS), expected) <= 1e-5, kind
-        assert explainer.report.guided_ops == {"Relu": 1, "Relu6": 1}, kind
+        assert explainer.report.guided_activations == {"relu": 1, "relu6": 1}, kind
         assert explainer.report.head == "softmax", kind
 
 
@@ -319,7 +319,7 @@ def test_cli_reads_a_keras2_saved_model(formats):
     assert result.exit_code == 0, result.stderr
     info = json.loads(result.stdout)
     assert (info["format"], info["classes"], info["head_bypassed"]) == ("savedmodel", 5, "softmax")
-    assert info["guided_ops"] == {"Relu": 1, "Relu6": 1}
+    assert info["guided_activations"] == {"relu": 1, "relu6": 1}
 
 
 def test_in_memory_model_is_used_as_is(formats):
@@ -393,7 +393,7 @@ def test_output_key_chooses_the_output_and_prunes_the_other(signatures):
     logits = Explainer(load_model(signatures, output_key="logits"), "guided")
     np.testing.assert_allclose(logits(SMALL, 1), expected_map(2.0 * np.eye(3)[1]), rtol=1e-5)
     # The embedding's Relu6 is not on the logits' path: it is neither run nor reported.
-    assert logits.report.guided_ops == {"Relu": 1}
+    assert logits.report.guided_activations == {"relu": 1}
 
     embedding = Explainer(load_model(signatures, output_key="embedding"), "guided")
     hidden = np.maximum(SMALL.reshape(12) @ W, 0)
@@ -401,7 +401,7 @@ def test_output_key_chooses_the_output_and_prunes_the_other(signatures):
     through_relu6 = V[:, 0] * ((pre_relu6[0] > 0) & (pre_relu6[0] < 6))
     np.testing.assert_allclose(embedding(SMALL, 0), expected_map(through_relu6), rtol=1e-5,
                                atol=1e-6)
-    assert embedding.report.guided_ops == {"Relu": 1, "Relu6": 1}
+    assert embedding.report.guided_activations == {"relu": 1, "relu6": 1}
 
 
 def test_unknown_output_key_names_the_outputs(signatures):
@@ -483,7 +483,8 @@ def test_cli_signature_options(signatures):
                  "--output-key", "logits", "--json")
     assert result.exit_code == 0, result.stderr
     info = json.loads(result.stdout)
-    assert (info["input_shape"], info["classes"], info["guided_ops"]) == ([2, 2, 3], 3, {"Relu": 1})
+    assert (info["input_shape"], info["classes"], info["guided_activations"]) == (
+        [2, 2, 3], 3, {"relu": 1})
 
 
 # -- safe by default: Lambda layers and custom classes ---------------------------------
@@ -550,7 +551,7 @@ def test_cli_custom_objects_module_name(custom, monkeypatch):
     result = cli("inspect", files["model"], "--custom-objects", files["layers"].stem, "--json")
     assert result.exit_code == 0, result.stderr
     info = json.loads(result.stdout)
-    assert (info["classes"], info["guided_ops"]) == (2, {"Relu": 1})
+    assert (info["classes"], info["guided_activations"]) == (2, {"relu": 1})
 
 
 def test_custom_objects_that_cannot_be_imported(formats, tmp_path):

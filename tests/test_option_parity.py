@@ -63,6 +63,8 @@ def _first_layer(loaded) -> str:
 SHARED = [
     ("methods", "vanilla", None, {}, True),
     ("batch_size", 1, "guided", {"smooth": 3}, False),
+    # A ReLU model: both scopes guide the same ops (test_activation_regions: other nets).
+    ("guide", "relu", "guided", {}, False),
     ("layer", _first_layer, "gradcam", {}, True),
     ("upsample", "nearest", "gradcam", {}, True),
     ("smooth", 3, "guided", {}, True),

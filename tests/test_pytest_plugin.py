@@ -102,12 +102,12 @@ def test_regression_and_smoke_assertions_in_a_users_suite(pytester, monkeypatch)
     recorded = json.loads((pytester.path / ARRAY_BASELINE.with_suffix(".json")).read_text())
     assert (recorded["format"], recorded["method"], recorded["class"]) == (1, "guided", 2)
     # The smoke assertions fail on a model without ReLU, with the checks' reasons.
-    assert ("AssertionError: relu-coverage check failed: no ReLU-family op: guided backprop "
-            "equals the plain gradient for this model") in output
+    assert ("AssertionError: relu-coverage check failed: no activation to guide: guided "
+            "backprop equals the plain gradient for this model") in output
     assert ("AssertionError: guided-differs check failed: guided map equals the plain "
             "gradient") in output
-    assert ("AssertionError: self-test check skipped: no ReLU-family op for the gradient "
-            "swap to reach") in output
+    assert ("AssertionError: self-test check skipped: no ReLU-family op for the literal "
+            "grad_ys chain to gate") in output
 
     passed = pytester.runpytest_subprocess(*regression)
     passed.assert_outcomes(passed=2)

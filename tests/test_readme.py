@@ -37,6 +37,8 @@ README = REPO / "README.md"
 SKIPPED = {
     "guidedbp explain keras:ResNet50 sample_images/cat.jpg": "downloads ImageNet weights",
     "/data/": "paths on a cluster's shared volume, run by Ray, Slurm or Kubernetes",
+    "guidedbp evaluate demo-silu --shapes 500": "minutes of work (make eval runs it); "
+                                                "tests/test_demo_silu.py evaluates 6 shapes",
 }
 
 #: What the README's snippets take as the reader's own files, made in the folder they run in.

@@ -91,7 +91,7 @@ def test_every_relu_in_branches_and_loop_bodies_gets_each_methods_rule(branchy, 
                                                                        bright):
     explainer = Explainer(load_model(branchy), ("guided", "vanilla", "deconvnet"))
     # 1 before the cond, 1 + 1 in its branches, 1 in the loop body (run LOOPS times).
-    assert explainer.report_for(images.shape[1:]).guided_ops == {"Relu": 3, "Relu6": 1}
+    assert explainer.report_for(images.shape[1:]).guided_activations == {"relu": 3, "relu6": 1}
     maps = explainer.explain(images, target=2).by_method
     reference = unrolled(bright)
     for method in ("guided", "vanilla", "deconvnet"):
@@ -181,7 +181,7 @@ def tf1_saved_model(folder, loop: bool):
 def test_a_tensorflow1_cond_is_explained_exactly(tmp_path):
     loaded = load_model(tf1_saved_model(tmp_path / "cond", loop=False))
     explainer = Explainer(loaded, ("guided", "vanilla"))
-    assert explainer.report_for((8, 8, 3)).guided_ops == {"Relu": 2, "Relu6": 1}
+    assert explainer.report_for((8, 8, 3)).guided_activations == {"relu": 2, "relu6": 1}
     for images, bright in ((BRIGHT, True), (DARK, False)):
         maps = explainer.explain(images, target=1).by_method
         for method in ("guided", "vanilla"):

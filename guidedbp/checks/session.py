@@ -78,19 +78,21 @@ class CheckSession:
 
     # -- shared results ----------------------------------------------------------------
 
-    def explainer(self, method: str = "guided"):
-        """The engine's explainer for ``method`` on this model, made once."""
-        if method not in self._explainers:
+    def explainer(self, method: str = "guided", guide: str | None = None):
+        """The engine's explainer for ``method`` (and ``guide``, the rule's scope;
+        ``None``: its default) on this model, made once."""
+        key = method if guide is None else f"{method}/{guide}"
+        if key not in self._explainers:
             from guidedbp.api import Explainer
 
-            self._explainers[method] = Explainer(
-                self.loaded, method, batch_size=self.settings.batch_size
+            self._explainers[key] = Explainer(
+                self.loaded, method, batch_size=self.settings.batch_size, guide=guide
             )
-        return self._explainers[method]
+        return self._explainers[key]
 
     @property
     def report(self):
-        """The guided explainer's report: guided ops, plain activations, head.
+        """The guided explainer's report: guided activations, plain ones, head.
 
         Raises:
             ValueError: When the engine cannot trace the model (several outputs, no
@@ -105,6 +107,14 @@ class CheckSession:
                 if not self.explained:
                     raise
                 return explainer.report
+
+    def scope_report(self, guide: str):
+        """The report of the guided explainer of scope ``guide`` (``"all"``, ``"relu"``),
+        traced for the first usable image (or the declared shape)."""
+        explainer = self.explainer("guided", guide=guide)
+        with _quiet():
+            usable = self.usable
+            return explainer.report_for(usable[0].pixels.shape) if usable else explainer.report
 
     @property
     def explained(self) -> dict[str, Explained]:
@@ -128,13 +138,16 @@ class CheckSession:
         explained = self.explained
         return [image for image in self.images if image.key in explained]
 
-    def maps(self, method: str, images: list[CheckImage], targets) -> list[np.ndarray]:
-        """``method``'s maps of ``images`` for the given classes, one per image.
+    def maps(self, method: str, images: list[CheckImage], targets,
+             guide: str | None = None) -> list[np.ndarray]:
+        """``method``'s maps of ``images`` for the given classes, one per image, the
+        guided rules in scope ``guide`` (``None``: their default).
 
         Raises:
             RuntimeError: When the engine fails on an image (it explained them all once).
         """
-        results, errors = explain_each(self.explainer(method), [i.pixels for i in images], targets)
+        results, errors = explain_each(self.explainer(method, guide),
+                                       [i.pixels for i in images], targets)
         failed = [image.key for image, error in zip(images, errors) if error is not None]
         if failed:
             raise RuntimeError(f"the engine failed on {', '.join(failed)}: "

@@ -84,6 +84,14 @@ def described_method_fields() -> list[dataclasses.Field]:
     return fields
 
 
+def guide_option(command):
+    """The ``--guide`` flag of :class:`~guidedbp.engine.options.GuideOptions`, for the
+    commands that take no other method option (evaluate)."""
+    spec = next(f for f in described_method_fields() if f.name == "guide")
+    return field_option("guide", "--guide", type=click.Choice(spec.metadata["choices"]),
+                        help=spec.metadata["help"])(command)
+
+
 def method_flags(command):
     """Add a flag for every described method option (:func:`described_method_fields`).
 

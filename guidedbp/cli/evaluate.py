@@ -25,6 +25,7 @@ from guidedbp.cli.common import (
     batch_size_option,
     complete_comma_list,
     errors_handled,
+    guide_option,
     import_tensorflow,
     load_options,
     model_options,
@@ -87,12 +88,13 @@ METRICS = (*MASK_METRICS, *GAMES)
               help="Write each image's deletion/insertion curves there as PNG figures "
                    "(needs matplotlib: the plot extra).")
 @batch_size_option
+@guide_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @model_options
 @errors_handled
 def evaluate_command(model, images, masks, shapes, seed, distractors, explain_distractor, methods,
                      metrics, costs, tolerance, steps, baseline, plot_curves, batch_size,
-                     as_json, **options) -> None:
+                     guide, as_json, **options) -> None:
     """How well MODEL's maps localise objects, and how faithful they are to the model.
 
     \b
@@ -149,7 +151,8 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
         samples = _from_files(images, masks, loaded.channels)
     if plot_curves is not None:
         check_figure_targets(plot_curves, samples, settings.games)
-    explainer = Explainer(loaded, methods, batch_size=batch_size)  # one forward pass for all
+    # One forward pass for all methods.
+    explainer = Explainer(loaded, methods, batch_size=batch_size, guide=guide)
     measured = measure(loaded, explainer, samples, settings, options)
     result = {
         "model": model,
@@ -158,6 +161,7 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
                  + (", explaining the distractor's class" if explain_distractor else ""))
         if shapes else masks or f"{len(samples)} images",
         "metrics": list(metrics),
+        "guide": explainer.report.as_dict()["by_rule"],
     }
     if settings.masked:
         result["tolerance"] = tolerance
@@ -165,7 +169,7 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     if settings.games:
         result["faithfulness"] = faithfulness_record(measured, samples, loaded.labels)
     if costs:
-        result["costs"] = _costs(loaded, samples, methods, batch_size, options)
+        result["costs"] = _costs(loaded, samples, methods, batch_size, options, guide)
     if plot_curves is not None:
         write_curves(plot_curves, result["faithfulness"], samples)
     if as_json:
@@ -287,7 +291,8 @@ def _from_files(inputs, mask_root: str | None, channels: int):
 COST_ROUNDS = 3  # timed runs per method for --costs
 
 
-def _costs(loaded, samples: list, methods, batch_size: int, options: dict) -> dict:
+def _costs(loaded, samples: list, methods, batch_size: int, options: dict,
+           guide: str | None = None) -> dict:
     """Each method's cost per image over guided's, each alone on the first batch."""
     from guidedbp.api import Explainer
     from guidedbp.checks.costs import relative_costs
@@ -297,8 +302,10 @@ def _costs(loaded, samples: list, methods, batch_size: int, options: dict) -> di
     inputs = np.stack([prepare(sample.picture, loaded.input_shape, loaded.preprocess,
                                options.get("size"), options.get("resize", "stretch"))[2]
                        for sample in chunk])
-    ratios = relative_costs(lambda name: Explainer(loaded, name, batch_size=batch_size),
-                            inputs, methods, rounds=COST_ROUNDS)
+    def explainer(name: str):
+        return Explainer(loaded, name, batch_size=batch_size, guide=guide)
+
+    ratios = relative_costs(explainer, inputs, methods, rounds=COST_ROUNDS)
     return {"reference": "guided", "images": len(inputs), "rounds": COST_ROUNDS,
             "relative": {name: round(value, 3) for name, value in ratios.items()}}
 

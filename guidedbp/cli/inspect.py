@@ -71,9 +71,16 @@ def describe(spec: str, options: dict) -> dict:
     ctx = click.get_current_context(silent=True)  # notes in the command's own words
     notes = list(loaded.notes)
     if report.num_guided == 0:
-        notes.append("no ReLU-family op: guided backprop equals the plain gradient for this model")
+        notes.append("no activation to guide: guided backprop equals the plain gradient for "
+                     "this model")
     if loaded.labels is not None and len(loaded.labels) != report.num_classes:
         notes.append(f"{len(loaded.labels)} labels for {report.num_classes} classes")
+    from guidedbp.engine import layer_choices
+
+    fed = (height, width) if height is not None and width is not None else size or (None, None)
+    layers = layer_choices(loaded.model, (*fed, channels))
+    # Listed for a model with token layers (a vision transformer), 4-D ones beside them.
+    cam_layers = {"4-D": layers.maps, "tokens": layers.tokens} if layers.tokens else None
     return {
         "model": loaded.source,
         "format": loaded.format,
@@ -84,8 +91,10 @@ def describe(spec: str, options: dict) -> dict:
         "preprocess": loaded.preprocess,
         "preprocess_source": as_flags(loaded.preprocess_source, ctx),
         "resize": fitting,
-        "guided_ops": report.guided_ops,
+        "guide": report.guide,
+        "guided_activations": report.guided_activations,
         "plain_activations": report.plain_activations,
+        **({"cam_layers": cam_layers} if cam_layers else {}),
         "labels_source": loaded.labels_source,
         "labels": loaded.labels,
         "notes": [as_flags(note, ctx) for note in notes],
@@ -108,10 +117,13 @@ def format_description(info: dict, all_classes: bool = False) -> str:
         ("head", f"{head} bypassed: maps explain the logit" if head else "none: output is a logit"),
         ("preprocess", f"{info['preprocess']} ({info['preprocess_source']})"),
         ("resize", info["resize"]),
-        ("guided ops", counts(info["guided_ops"])),
+        ("guided", f"{counts(info['guided_activations'])} (--guide {info['guide']})"),
         ("left alone", counts(info["plain_activations"])),
-        ("labels", info["labels_source"]),
     ]
+    if "cam_layers" in info:  # a transformer's token layers, the --layer a CAM may take
+        lines.append(("cam layers", "; ".join(
+            f"{kind}: {', '.join(names)}" for kind, names in info["cam_layers"].items() if names)))
+    lines.append(("labels", info["labels_source"]))
     lines += [("note", note) for note in info["notes"]]
     text = "\n".join(f"{key:<11} {value}" for key, value in lines)
     labels = info["labels"]

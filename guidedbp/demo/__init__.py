@@ -4,8 +4,9 @@ The shapes come with exact object masks, so a saliency map can be scored: does i
 point at the object? :mod:`guidedbp.demo.shapes` draws the images (numpy and Pillow
 only), :mod:`guidedbp.demo.metrics` scores maps against masks (numpy only),
 :mod:`guidedbp.demo.train` trains the bundled model ``guidedbp/demo/data/shapes.keras``
-and :mod:`guidedbp.demo.samples` writes the example pictures in ``sample_images/`` and
-the six shapes the package ships for ``guidedbp demo`` (``data/samples/``).
+(and its SiLU twin ``shapes_silu.keras``, the ``demo-silu`` model) and
+:mod:`guidedbp.demo.samples` writes the example pictures in ``sample_images/`` and the
+six shapes the package ships for ``guidedbp demo`` (``data/samples/``).
 
 Nothing here imports TensorFlow at import time.
 

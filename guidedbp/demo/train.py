@@ -1,4 +1,4 @@
-"""Train the bundled shapes classifier: ``python -m guidedbp.demo.train``.
+"""Train a bundled shapes classifier: ``python -m guidedbp.demo.train [--activation silu]``.
 
 A small ReLU CNN (four conv/ReLU/max-pool blocks, one more conv, global average
 pooling, a softmax dense head) on :func:`guidedbp.demo.shapes.make_shapes` images, a
@@ -6,6 +6,10 @@ tenth of them with a distractor (labelled by their target). It takes raw 0..255
 pixels: a ``Rescaling(1/127.5, offset=-1)`` layer inside maps them to [-1, 1], so the
 model needs no preprocessing outside it. Shape classes do not change under flips and
 quarter turns, so each epoch shows every image under a random one of the eight.
+
+``--activation silu`` trains its twin, the bundled ``demo-silu`` model
+(``data/shapes_silu.keras``): SiLU in place of ReLU in the five convs and nothing else
+changed (the same data, seeds, epochs and learning-rate schedule).
 
 Seeds are fixed and TensorFlow's op determinism is on, so on one machine the same
 command gives the same weights (TensorFlow promises no more across CPUs and builds).
@@ -39,6 +43,13 @@ if TYPE_CHECKING:
 #: Default output, inside the package so that it ships as package data.
 DEFAULT_OUTPUT = Path(__file__).parent / "data" / "shapes.keras"
 
+#: The conv activations :func:`build_model` takes, with each one's default output and
+#: model name. The SiLU model is the same network, data, seeds and schedule with SiLU
+#: in place of ReLU in the convs.
+ACTIVATIONS = ("relu", "silu")
+DEFAULT_OUTPUTS = {"relu": DEFAULT_OUTPUT, "silu": DEFAULT_OUTPUT.with_name("shapes_silu.keras")}
+MODEL_NAMES = {"relu": "shapes_cnn", "silu": "shapes_silu_cnn"}
+
 #: Seeds of the training images and of the held-out images the script reports on.
 #: The training images with a distractor use ``TRAIN_SEED + DISTRACTOR_SEED_OFFSET``
 #: (far from the small seeds people evaluate on: ``guidedbp evaluate --shapes`` defaults
@@ -51,15 +62,22 @@ HELDOUT_SEED = 1
 LOCALISATION_SEED = 2
 
 
-def build_model(num_classes: int = len(CLASS_NAMES)) -> keras.Model:
-    """The demo CNN, untrained: raw 0..255 RGB ``(96, 96, 3)`` in, class probabilities out."""
+def build_model(num_classes: int = len(CLASS_NAMES), activation: str = "relu") -> keras.Model:
+    """The demo CNN, untrained: raw 0..255 RGB ``(96, 96, 3)`` in, class probabilities out.
+
+    ``activation`` (one of :data:`ACTIVATIONS`) is the five convs' activation; nothing
+    else changes with it but the model's name.
+    """
     import keras
     from keras import layers
+
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, not {activation!r}")
 
     inputs = keras.Input((IMAGE_SIZE, IMAGE_SIZE, 3), name="image")
     # To [-1, 1]: centred inputs train faster than [0, 1] without batch norm.
     x = layers.Rescaling(1.0 / 127.5, offset=-1.0, name="rescale")(inputs)
-    conv = {"kernel_size": 3, "padding": "same", "activation": "relu",
+    conv = {"kernel_size": 3, "padding": "same", "activation": activation,
             "kernel_initializer": "he_normal"}
     for block, filters in enumerate((16, 32, 64, 64), start=1):
         x = layers.Conv2D(filters, name=f"conv{block}", **conv)(x)
@@ -68,7 +86,7 @@ def build_model(num_classes: int = len(CLASS_NAMES)) -> keras.Model:
     x = layers.Conv2D(64, name="conv5", **conv)(x)
     x = layers.GlobalAveragePooling2D(name="gap")(x)
     outputs = layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
-    return keras.Model(inputs, outputs, name="shapes_cnn")
+    return keras.Model(inputs, outputs, name=MODEL_NAMES[activation])
 
 
 def dihedral(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -89,6 +107,7 @@ def train(
     epochs: int = 12,
     batch_size: int = 32,
     seed: int = TRAIN_SEED,
+    activation: str = "relu",
 ) -> keras.Model:
     """Train the demo model and save it to ``output`` with its labels file beside it.
 
@@ -100,6 +119,7 @@ def train(
         epochs: Passes over the training images.
         batch_size: Images per optimisation step.
         seed: Seed of the training images, the initial weights and the shuffling.
+        activation: The convs' activation, one of :data:`ACTIVATIONS`.
 
     Returns:
         The trained model (with its optimizer).
@@ -123,7 +143,7 @@ def train(
     print(f"generated {len(images)} training images ({with_distractors} with a distractor) "
           f"in {time.perf_counter() - started:.0f} s", flush=True)
 
-    model = build_model()
+    model = build_model(activation=activation)
     steps = epochs * -(-len(images) // batch_size)
     schedule = keras.optimizers.schedules.CosineDecay(1e-3, decay_steps=steps, alpha=0.02)
     model.compile(
@@ -138,16 +158,16 @@ def train(
                   initial_epoch=epoch, shuffle=True, verbose=2,
                   validation_data=(monitor_images, monitor_labels))
 
-    save(model, output)
+    save(model, output, activation)
     print(f"trained in {time.perf_counter() - started:.0f} s", flush=True)
     return model
 
 
-def save(model, output: Path) -> None:
+def save(model, output: Path, activation: str = "relu") -> None:
     """Save the weights in a fresh, uncompiled copy (no optimizer state), and the labels."""
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    inference = build_model()
+    inference = build_model(activation=activation)
     inference.set_weights(model.get_weights())
     inference.save(output)
     make_portable(output)
@@ -251,14 +271,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m guidedbp.demo.train", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT,
-                        help=f"the .keras file to write (default: {DEFAULT_OUTPUT})")
+    parser.add_argument("--activation", choices=ACTIVATIONS, default="relu",
+                        help="the convs' activation (default: relu)")
+    parser.add_argument("--output", type=Path, default=None,
+                        help=f"the .keras file to write (default: {DEFAULT_OUTPUT} for "
+                             f"relu, {DEFAULT_OUTPUTS['silu']} for silu)")
     parser.add_argument("--train-images", type=int, default=12000)
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--distractor-share", type=float, default=0.1)
     parser.add_argument("--evaluate-only", action="store_true",
                         help="skip training; evaluate the model at --output")
     args = parser.parse_args(argv)
+    if args.output is None:
+        args.output = DEFAULT_OUTPUTS[args.activation]
     if args.train_images < 1 or args.epochs < 1:
         parser.error("--train-images and --epochs must be positive")
     if not 0.0 <= args.distractor_share <= 1.0:
@@ -270,7 +295,8 @@ def main(argv: list[str] | None = None) -> None:
 
         model = keras.models.load_model(args.output)
     else:
-        model = train(args.output, args.train_images, args.distractor_share, args.epochs)
+        model = train(args.output, args.train_images, args.distractor_share, args.epochs,
+                      activation=args.activation)
     evaluate(model)
     print(f"total wall time {time.perf_counter() - started:.0f} s")
 

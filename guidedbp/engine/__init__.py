@@ -4,8 +4,8 @@ The names other rooms use are public here; TensorFlow is imported only when one 
 them that needs it is first read, so importing the package stays instant.
 
 >>> from guidedbp.engine import format_counts
->>> format_counts({"Relu": 2, "Relu6": 1})
-'Relu: 2, Relu6: 1'
+>>> format_counts({"sigmoid": 16, "silu": 49})
+'silu 49, sigmoid 16'
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ _LAZY = {
     "RELU_OPS": "guidedbp.engine._graph",
     "format_counts": "guidedbp.engine._graph",
     "Report": "guidedbp.engine._graph",
+    "layer_choices": "guidedbp.engine._gradcam",
 }
 
 __all__ = sorted(_LAZY)

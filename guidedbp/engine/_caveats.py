@@ -15,13 +15,16 @@ from guidedbp.caveats import Caveat
 from guidedbp.engine import methods as registry
 
 
-def of_model(methods: Sequence[str], guided_ops: dict, max_channels: int | None,
+def of_model(methods: Sequence[str], by_rule: dict, max_channels: int | None,
              channels: int | None) -> list[Caveat]:
-    """What holds for every map of the run: no guided activation for the methods that
-    swap ReLU gradients, a Score-CAM that kept ``max_channels`` of ``channels``."""
+    """What holds for every map of the run: no guided activation for the methods whose
+    rule (``by_rule``: rule -> ``(scope, counts)``, the report's) guides none, a
+    Score-CAM that kept ``max_channels`` of ``channels``."""
     found = []
-    if not guided_ops:
-        found += [kinds.no_guided_activation(m) for m in methods if registry.swaps_relus((m,))]
+    for name in methods:
+        rule = registry.method(name).relu_rule
+        if rule in by_rule and not by_rule[rule][1]:
+            found.append(kinds.no_guided_activation(name, by_rule[rule][0]))
     if "scorecam" in methods and channels and max_channels and max_channels < channels:
         found.append(kinds.scorecam_capped(max_channels, channels))
     return found

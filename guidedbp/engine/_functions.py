@@ -30,6 +30,8 @@ class TracedFunctions:
             own), or ``None`` for the default feature map.
         upsample: Class activation map upsampling.
         features: Whether the gradient passes return the feature map too (Score-CAM).
+        guide: Where the swapping rules apply (``"all"``, ``"relu"``, ``None``: each
+            rule's default; :func:`guidedbp.engine._trace.guide_scopes`).
 
     Attributes:
         gradient_functions: ``(signature, methods, columns)`` -> the gradient pass.
@@ -37,12 +39,13 @@ class TracedFunctions:
     """
 
     def __init__(self, model, methods: Sequence[str], layer_path: list[str] | None,
-                 upsample: str, features: bool):
+                 upsample: str, features: bool, guide: str | None = None):
         self.model = model
         self.methods = tuple(methods)
         self.layer_path = layer_path
         self.upsample = upsample
         self.features = features
+        self.guide = guide
         self.gradient_functions: dict[tuple, Function] = {}
         self._predict_functions: dict[tuple, Function] = {}
         self._reports: dict[tuple, _graph.Report] = {}
@@ -88,7 +91,7 @@ class TracedFunctions:
                 self.trace_count += 1
                 outputs, report = _trace.attribute(
                     self.model, images, targets, methods, self.methods, self.layer_path,
-                    self.upsample, features=self.features,
+                    self.upsample, features=self.features, guide=self.guide,
                 )
                 self._reports.setdefault(key, report)
                 return outputs

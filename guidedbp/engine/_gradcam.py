@@ -5,16 +5,31 @@ function, as pytorch-grad-cam's ``get_cam_weights``.
 Working on ops rather than Keras layers means the same code serves Keras models,
 nested sub-models and SavedModels (whose frozen graphs keep the layers' name
 scopes), without ever rebuilding or modifying the caller's model.
+
+Vision transformers have no ``(N, h, w, k)`` feature map: their blocks output
+``(N, T, C)`` tokens. A token layer is read as a grid (:func:`token_grid`): its class
+and register tokens dropped, its patch tokens laid out row by row. The gradient is
+taken with respect to the token tensor the forward pass uses (a reshaped copy off to
+the side would get none); the feature map and its gradient are laid out as the grid
+only for the weighting (:func:`class_activation_map`, :meth:`TokenGrid.apply`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import tensorflow as tf
 
 from guidedbp._text import did_you_mean, some_of
+from guidedbp.engine._tokens import (
+    _enters_normalization,
+    _is_tokens,
+    _mixes_tokens,
+    _no_grid,
+    token_grid,
+)
 from guidedbp.errors import ArgumentError
 
 
@@ -38,11 +53,13 @@ def feature_map_by_name(forward_ops: list[tf.Operation], path: list[str],
 
     Keras opens a name scope per layer call; TensorFlow may suffix it (``conv``
     becomes ``conv_1``). The layer's output is the output of the last op created
-    in its scope.
+    in its scope: a ``(N, h, w, k)`` feature map, or a token layer's ``(N, T, C)``
+    tokens (a transformer block's), read as a grid (:func:`token_grid`).
 
     Raises:
-        ValueError: No scope matches, or the layer's output is not ``(N, h, w, k)``;
-            the message lists the layers that have one (:func:`feature_layers`).
+        ArgumentError: No scope matches, or the layer's output is neither
+            ``(N, h, w, k)`` nor tokens with a grid; the message lists the layers that
+            are (:func:`feature_layers`).
     """
     best = None
     for op in forward_ops:
@@ -54,56 +71,105 @@ def feature_map_by_name(forward_ops: list[tf.Operation], path: list[str],
     name = "/".join(path)
     if best is None:
         layers = feature_layers(model, forward_ops)
-        hint = did_you_mean(name, layers)
+        hint = did_you_mean(name, layers.names)
         raise ArgumentError(f"no layer named {name!r} in the model's graph"
                             + (f" ({hint})" if hint else "") + _listed(layers))
     tensor = best[1].outputs[0]
-    if tensor.shape.rank != 4:
+    if _is_tokens(tensor) and token_grid(tensor.shape[1]) is None:
+        raise ArgumentError(_no_grid(name, tensor) + _listed(feature_layers(model, forward_ops)))
+    if tensor.shape.rank != 4 and not _is_tokens(tensor):
         raise ArgumentError(
             f"layer {name!r} outputs shape {tensor.shape}; a class activation map needs a "
-            "(batch, height, width, channels) feature map"
+            "(batch, height, width, channels) feature map or (batch, tokens, channels) tokens"
             + _listed(feature_layers(model, forward_ops))
         )
     return tensor
 
 
-def _listed(layers: list[str]) -> str:
-    if not layers:
-        return "; the model has no layer with a 4-D output"
-    return f"; layers with a 4-D output: {some_of(layers, limit=10, last=True)}"
+@dataclass(frozen=True)
+class FeatureLayers:
+    """The names a class activation map's layer may take, each list in forward order.
+
+    Attributes:
+        maps: Layers with a 4-D ``(N, h, w, k)`` output.
+        tokens: Token layers: ``(N, T, C)`` outputs whose tokens make a grid
+            (:func:`token_grid`), a vision transformer's blocks.
+    """
+
+    maps: list[str]
+    tokens: list[str]
+
+    @property
+    def names(self) -> list[str]:
+        return [*self.maps, *self.tokens]
 
 
-def feature_layers(model, forward_ops: list[tf.Operation]) -> list[str]:
-    """The names a class activation map's layer may take, in forward order: the Keras
-    layers with a 4-D output (inside nested models too), else (a SavedModel) the name
-    scopes of the graph's 4-D outputs that depend on the images."""
-    names: list[str] = []
+def _listed(layers: FeatureLayers) -> str:
+    if not layers.names:
+        return "; the model has no layer with a 4-D output or tokens"
+    listed = (f"; layers with a 4-D output: {some_of(layers.maps, limit=10, last=True)}"
+              if layers.maps else "; no layer with a 4-D output")
+    if layers.tokens:
+        listed += f"; token layers: {some_of(layers.tokens, limit=10, last=True)}"
+    return listed
+
+
+def feature_layers(model, forward_ops: list[tf.Operation]) -> FeatureLayers:
+    """The names a class activation map's layer may take: the Keras layers with a 4-D
+    output or a token layer's (inside nested models too), else (a SavedModel) the name
+    scopes of the graph's such outputs that depend on the images."""
+    maps: list[str] = []
+    tokens: list[str] = []
+
+    def sort(name: str, shape) -> None:
+        if shape is not None and len(shape) == 4:
+            maps.append(name)
+        elif shape is not None and len(shape) == 3 and token_grid(shape[1]) is not None:
+            tokens.append(name)
 
     def walk(owner) -> None:
         for layer in getattr(owner, "layers", None) or []:
             if hasattr(layer, "layers"):
                 walk(layer)
-            elif type(layer).__name__ != "InputLayer" and _rank(layer) == 4:
-                names.append(layer.name)
+            elif type(layer).__name__ != "InputLayer":
+                sort(layer.name, _shape(layer))
 
     walk(model)
-    if names:
-        return list(dict.fromkeys(names))
-    images = [op for op in forward_ops if op.type == "Placeholder" and op.outputs
-              and op.outputs[0].shape.rank == 4]
-    depends = _depends_on(images[0].outputs[0]) if images else set()
-    for op in forward_ops:
-        output = op.outputs[0] if op.outputs else None
-        scopes = op.name.split("/")[:-1]
-        if (op.name in depends and op is not images[0] and scopes and output is not None
-                and output.shape.rank == 4 and output.dtype.is_floating):
-            names.append(scopes[-1])
-    return list(dict.fromkeys(names))
+    if not maps and not tokens:
+        images = [op for op in forward_ops if op.type == "Placeholder" and op.outputs
+                  and op.outputs[0].shape.rank == 4]
+        depends = _depends_on(images[0].outputs[0]) if images else set()
+        for op in forward_ops:
+            output = op.outputs[0] if op.outputs else None
+            scopes = op.name.split("/")[:-1]
+            if (op.name in depends and op is not images[0] and scopes and output is not None
+                    and output.dtype.is_floating and output.shape.rank is not None):
+                sort(scopes[-1], output.shape.as_list())
+    return FeatureLayers(list(dict.fromkeys(maps)), list(dict.fromkeys(tokens)))
 
 
-def _rank(layer) -> int | None:
+def layer_choices(model, image_shape: tuple) -> FeatureLayers:
+    """The names a class activation map's layer may take in ``model`` fed ``(H, W, C)``
+    images (``None`` for a free size): Keras' layers, else (a SavedModel) the name
+    scopes of a traced forward pass (:func:`feature_layers`).
+
+    >>> import keras
+    >>> model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 4, 4),
+    ...                           keras.layers.Reshape((4, 4)), keras.layers.Flatten()])
+    >>> layer_choices(model, (8, 8, 3)).maps, layer_choices(model, (8, 8, 3)).tokens
+    (['conv2d'], ['reshape'])
+    """
+    found = feature_layers(model, [])
+    if found.names:
+        return found
+    traced = tf.function(lambda images: model(images, training=False), autograph=False)
+    spec = tf.TensorSpec((None, *image_shape), tf.float32)
+    return feature_layers(model, traced.get_concrete_function(spec).graph.get_operations())
+
+
+def _shape(layer) -> tuple | None:
     try:
-        return len(layer.output.shape)
+        return tuple(layer.output.shape)
     except (AttributeError, ValueError, TypeError):  # a layer never called, or called twice
         return None
 
@@ -131,29 +197,57 @@ def _match_scopes(scopes: list[str], path: list[str]) -> int | None:
 
 
 def default_feature_map(logits: tf.Tensor, images: tf.Tensor) -> tf.Tensor:
-    """The last 4-D tensor before the network pools or flattens to the logits.
+    """The last 4-D tensor before the network pools or flattens to the logits, or a
+    vision transformer's last token layer whose every token reaches the logits.
 
     Walks back from the logits along ops that depend on the images, breadth
-    first, and returns the first ``(N, h, w, k)`` float tensor it meets: the
-    output of the last layer with a 4-D output, inside nested models too.
+    first, and returns the first float tensor it meets that is either
+
+    - ``(N, h, w, k)``: the output of the last layer with a 4-D output, inside nested
+      models too; or
+    - ``(N, T, C)`` tokens entering a layer normalization (:func:`_enters_normalization`:
+      a transformer block's input, or the final LayerNormalization's) met past an op
+      that mixes tokens (:func:`_mixes_tokens`: attention, or pooling over the tokens).
+
+    Past normalized tokens, 4-D tensors (attention's heads) are no feature map. A ViT
+    that pools its tokens thus gets its last block's output. One whose head reads
+    the class token alone gets its last block's input (the block before's output), as
+    pytorch-grad-cam advises (``model.blocks[-1].norm1``): after the last attention each
+    token goes its own way, so the class logit's gradient is zero at every patch token
+    of the last block's output. A model with no tokens and no attention products (every
+    CNN) gets its last 4-D map, as ever.
 
     Raises:
-        ValueError: The model has no 4-D feature map (an MLP).
+        ArgumentError: The model has neither (an MLP), or the tokens make no grid
+            (:func:`token_grid`).
     """
     depends = _depends_on(images)
-    queue, seen = [logits], set()
+    # Each tensor comes with whether its tokens mix on the way to the logits, and
+    # whether that way passes normalized tokens (past them, 4-D tensors are attention's).
+    queue, seen = [(logits, False, False)], set()
     while queue:
-        tensor = queue.pop(0)
-        if tensor.name in seen:
+        step = queue.pop(0)
+        if (step[0].name, *step[1:]) in seen:
             continue
-        seen.add(tensor.name)
-        if tensor.shape.rank == 4 and tensor.dtype.is_floating and tensor is not images:
+        seen.add((step[0].name, *step[1:]))
+        tensor, mixed, transformer = step
+        if (tensor.shape.rank == 4 and tensor.dtype.is_floating and tensor is not images
+                and not transformer):
             return tensor
+        if _is_tokens(tensor) and _enters_normalization(tensor):
+            if mixed and token_grid(tensor.shape[1]) is None:
+                raise ArgumentError(_no_grid(tensor.op.name.rsplit("/", 1)[0], tensor)
+                                    + "; name a layer with layer=")
+            if mixed:
+                return tensor
+            transformer = True
         for source in tensor.op.inputs:
             if source.op.name in depends:
-                queue.append(source)
-    raise ArgumentError("the model has no 4-D feature map before its logits: class activation "
-                        "maps (Grad-CAM and its kin) need one")
+                queue.append((source, mixed or _mixes_tokens(tensor.op, source, depends),
+                              transformer))
+    raise ArgumentError("the model has no 4-D feature map before its logits, nor tokens "
+                        "entering a layer normalization: class activation maps (Grad-CAM "
+                        "and its kin) need one")
 
 
 def _depends_on(images: tf.Tensor) -> set[str]:
@@ -224,7 +318,8 @@ def class_activation_map(feature_map: tf.Tensor, gradient: tf.Tensor, weighting:
     logit with respect to it.
 
     Args:
-        feature_map: ``(N, h, w, k)`` layer output.
+        feature_map: ``(N, h, w, k)`` layer output, or a token layer's ``(N, T, C)``
+            (laid out as its grid, :func:`token_grid`, here).
         gradient: The plain gradient of the class logit with respect to it.
         weighting: A name of :data:`WEIGHTINGS`.
         size: ``(H, W)`` of the input.
@@ -238,6 +333,9 @@ def class_activation_map(feature_map: tf.Tensor, gradient: tf.Tensor, weighting:
     """
     if weighting not in WEIGHTINGS:
         raise ArgumentError(f"weighting={weighting!r} is not one of {', '.join(WEIGHTINGS)}")
+    if feature_map.shape.rank == 3:  # tokens: the grid, its gradient laid out alike
+        grid = token_grid(feature_map.shape[1])
+        feature_map, gradient = grid.apply(feature_map), grid.apply(gradient)
     feature_map = tf.cast(feature_map, tf.float32)
     gradient = tf.cast(gradient, tf.float32)
     weighted = WEIGHTINGS[weighting](feature_map, gradient) * feature_map

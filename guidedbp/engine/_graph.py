@@ -17,13 +17,14 @@ import tensorflow as tf
 #: ReLU-family op types whose gradient guided backprop replaces.
 RELU_OPS = ("Relu", "Relu6")
 
-#: Ops that keep their plain gradient, named as the report shows them.
+#: Activation ops inside control-flow functions, which keep their plain gradient there
+#: (only ReLUs are guided inside functions), by the kind the report names.
 PLAIN_ACTIVATION_OPS = {
-    "LeakyRelu": "LeakyReLU",
-    "Elu": "ELU",
-    "Selu": "SELU",
-    "Erf": "GELU",
-    "Erfc": "GELU",  # exact GELU, as tf.nn.gelu(approximate=False) builds it
+    "LeakyRelu": "leaky_relu",
+    "Elu": "elu",
+    "Selu": "selu",
+    "Erf": "gelu",
+    "Erfc": "gelu",  # exact GELU, as tf.nn.gelu(approximate=False) builds it
     "Sigmoid": "sigmoid",
     "Tanh": "tanh",
     "Softplus": "softplus",
@@ -224,29 +225,45 @@ class Report:
 
     Attributes:
         method: The attribution method.
-        guided_ops: ReLU-family ops whose gradient was replaced, by op type.
-        plain_activations: Activations left with their plain gradient, by type.
+        guided_activations: The activations whose gradient the guided rule replaced (the
+            deconvnet rule's when no method is guided), by kind (``{"silu": 49,
+            "sigmoid": 16}``); empty when no method swaps gradients.
+        plain_activations: Activations left with their plain gradient, by kind.
         head: The output head bypassed to reach the logit, or ``None``.
         num_classes: Number of classes the target may name.
         layer: Grad-CAM's feature-map layer (its name scope in the graph), or ``None``.
+        guide: The scope of that rule: ``"all"`` (every activation) or ``"relu"`` (the
+            ReLU family), or ``None`` when no method swaps gradients.
+        by_rule: Each swapping rule the methods use (``"guided"``, ``"deconvnet"``) ->
+            ``(scope, the activations it guides by kind)``.
     """
 
     method: str
-    guided_ops: dict[str, int] = field(default_factory=dict)
+    guided_activations: dict[str, int] = field(default_factory=dict)
     plain_activations: dict[str, int] = field(default_factory=dict)
     head: str | None = None
     num_classes: int = 0
     layer: str | None = None
+    guide: str | None = None
+    by_rule: dict[str, tuple[str, dict[str, int]]] = field(default_factory=dict)
+
+    @property
+    def guided_ops(self) -> dict[str, int]:
+        """The older name of :attr:`guided_activations`."""
+        return self.guided_activations
 
     @property
     def num_guided(self) -> int:
-        return sum(self.guided_ops.values())
+        return sum(self.guided_activations.values())
 
     def as_dict(self) -> dict:
         return {
             "method": self.method,
-            "guided_ops": dict(self.guided_ops),
+            "guide": self.guide,
+            "guided_activations": dict(self.guided_activations),
             "plain_activations": dict(self.plain_activations),
+            "by_rule": {rule: {"guide": scope, "guided_activations": dict(counts)}
+                        for rule, (scope, counts) in self.by_rule.items()},
             "head_bypassed": self.head,
             "num_classes": self.num_classes,
             "layer": self.layer,
@@ -254,9 +271,11 @@ class Report:
 
     def __str__(self) -> str:
         counts = format_counts
+        guided = counts(self.guided_activations)
         return (
             f"method: {self.method}\n"
-            f"guided ops: {counts(self.guided_ops)}\n"
+            f"guided activations: {guided}"
+            + (f" (--guide {self.guide})" if self.guide else "") + "\n"
             f"activations left alone: {counts(self.plain_activations)}\n"
             f"head bypassed: {self.head or 'none (output is already a logit)'}\n"
             f"classes: {self.num_classes}"
@@ -264,27 +283,18 @@ class Report:
 
 
 def format_counts(counts: dict[str, int]) -> str:
-    """``{"Relu": 2, "Relu6": 1}`` -> ``"Relu: 2, Relu6: 1"``; ``"none"`` when empty."""
-    return ", ".join(f"{key}: {value}" for key, value in sorted(counts.items())) or "none"
+    """``{"silu": 49, "sigmoid": 16}`` -> ``"silu 49, sigmoid 16"``, most first;
+    ``"none"`` when empty."""
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{key} {value}" for key, value in ordered) or "none"
 
 
-def census(
-    ops: list[tf.Operation], guided: list[tf.Operation], excluded: list[tf.Operation], head_op,
-    function_nodes: list = (),
-) -> tuple[dict[str, int], dict[str, int]]:
-    """Count guided ops by type and plain activations by type, inside the functions
-    that ``ops`` call too (``function_nodes``, :func:`function_ops`)."""
-    guided_counts = collections.Counter(op.type for op in guided)
-    guided_counts.update(node.op for node in function_nodes if node.op in RELU_OPS
-                         and node.attr["_gradient_op_type"].s == GUIDED_GRADIENT.encode())
-    plain = collections.Counter(
-        PLAIN_ACTIVATION_OPS[op.type]
-        for op in ops
-        if op.type in PLAIN_ACTIVATION_OPS and op is not head_op
-    )
-    plain.update(PLAIN_ACTIVATION_OPS[node.op] for node in function_nodes
-                 if node.op in PLAIN_ACTIVATION_OPS)
-    negative_parts = sum(1 for op in excluded if op.inputs[0].op.type == "Neg")
-    if negative_parts:
-        plain["PReLU"] += negative_parts
-    return dict(guided_counts), dict(plain)
+def function_census(function_nodes: list) -> tuple[dict[str, int], dict[str, int]]:
+    """The ReLUs guided and the activations left plain inside the functions the forward
+    ops call (``function_nodes``, :func:`function_ops`), by kind."""
+    guided = collections.Counter(
+        node.op.lower() for node in function_nodes if node.op in RELU_OPS
+        and node.attr["_gradient_op_type"].s == GUIDED_GRADIENT.encode())
+    plain = collections.Counter(PLAIN_ACTIVATION_OPS[node.op] for node in function_nodes
+                                if node.op in PLAIN_ACTIVATION_OPS)
+    return dict(guided), dict(plain)

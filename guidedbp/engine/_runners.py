@@ -47,8 +47,8 @@ class Pass:
         logits: float32 ``(N, K)`` their scores.
         probabilities: float32 ``(N, K)`` their probabilities.
         class_probabilities: float32 ``(N, classes)`` every class's probability.
-        features: float32 ``(N, h, w, k)`` feature map of the images (for Score-CAM),
-            or ``None``.
+        features: float32 ``(N, h, w, k)`` feature map (a token layer's grid) of the
+            images (for Score-CAM), or ``None``.
     """
 
     maps: dict[str, np.ndarray]

@@ -3,9 +3,11 @@
 The forward pass runs under the graph's ``gradient_override_map``, which points
 every ReLU-family op at the guided gradient. Each ReLU rule the requested methods
 need (plain, guided, deconvnet) then gets one ``tf.gradients`` call from the same
-forward pass: the rule is set on the ReLU ops just before its call and put back in
-``finally``. ReLUs inside a SavedModel's ``tf.cond`` branches and ``tf.while_loop``
-bodies, rebuilt from their definitions by each call, follow the call's rule through
+forward pass: the rule is set on the ops of the activations in its scope (the ReLU
+family, or every activation: :mod:`guidedbp.engine._activations`) just before its call,
+and everything is put back in ``finally``. ReLUs inside a SavedModel's ``tf.cond``
+branches and ``tf.while_loop`` bodies, rebuilt from their definitions by each call,
+follow the call's rule through
 :func:`~guidedbp.engine._graph.rule_in_functions`. The plain call also yields the
 feature-map gradient of the class activation maps (Grad-CAM, Grad-CAM++, LayerCAM), so
 ``vanilla,gradcam`` costs one forward and one backward pass, and
@@ -18,20 +20,24 @@ gradient override; the traced pass hands Score-CAM the clean feature map.
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
 
 import tensorflow as tf
 
-from guidedbp.engine import _gradcam, _graph
-from guidedbp.engine.methods import RELU_RULES, method, swaps_relus
+from guidedbp.engine import _activations, _gradcam, _graph, _tokens
+from guidedbp.engine.methods import RELU_RULES, method
 from guidedbp.errors import ArgumentError
 
-#: Each ReLU rule and the registered gradient it maps ReLU ops to (None: their own).
-RULE_GRADIENT = {
-    "plain": None,
-    "guided": _graph.GUIDED_GRADIENT,
-    "deconvnet": _graph.DECONVNET_GRADIENT,
-}
+#: Each swapping rule's scope when the explainer names none (``guide=None``): the
+#: generalised guided rule localises on SiLU/GELU networks as on ReLU ones, the
+#: generalised deconvnet rule does not (README, "How it works").
+DEFAULT_GUIDE = {"guided": "all", "deconvnet": "relu"}
+
+
+def guide_scopes(guide: str | None) -> dict[str, str]:
+    """Each swapping rule's scope: ``guide`` for both, or :data:`DEFAULT_GUIDE`."""
+    return dict(DEFAULT_GUIDE) if guide is None else {rule: guide for rule in DEFAULT_GUIDE}
 
 
 @dataclass
@@ -69,7 +75,8 @@ def predict(model, images):
 
 
 def attribute(model, images, targets, methods: tuple[str, ...], report_methods: tuple[str, ...],
-              layer_path: list[str] | None, upsample: str, features: bool = False):
+              layer_path: list[str] | None, upsample: str, features: bool = False,
+              guide: str | None = None):
     """Trace ``model`` on ``images`` and compute ``methods``' maps from one forward pass.
 
     Args:
@@ -82,13 +89,15 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
         layer_path: The feature-map layer (enclosing model names, then its own), or None.
         upsample: Class activation map upsampling.
         features: Whether to return the feature map too (for Score-CAM).
+        guide: Where the swapping rules apply: ``"all"`` activations, the ``"relu"``
+            family, or ``None`` for :data:`DEFAULT_GUIDE`.
 
     Returns:
         ``(outputs, report)``: outputs is a dict with ``maps`` (method -> float32
         ``(N, K, ...)`` maps), ``targets``, ``logits``, ``probabilities`` (each
         ``(N, K)``: the targets'), ``class_probabilities`` ``(N, classes)`` and, with
-        ``features``, ``features`` (float32 ``(N, h, w, k)``); report a
-        :class:`~guidedbp.engine._graph.Report`.
+        ``features``, ``features`` (float32 ``(N, h, w, k)``, a token layer's grid);
+        report a :class:`~guidedbp.engine._graph.Report`.
     """
     records = [method(name) for name in methods]
     rules = [rule for rule in RELU_RULES if any(r.relu_rule == rule for r in records)]
@@ -101,14 +110,24 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
     forward_ops = graph.get_operations()
 
     logits, head, head_op = _graph.find_logits(output)
+    _check_logits(logits, output)
     relus = _graph.relu_ops(forward_ops)
     excluded = _graph.signed_compositions(relus)
     excluded_names = {op.name for op in excluded}
-    _graph.set_gradient(excluded, None)  # PReLU parts keep their plain gradient, always
-    guided = [op for op in relus if op.name not in excluded_names]
-    guided_counts, plain = _graph.census(forward_ops, guided, excluded, head_op,
-                                         _graph.function_ops(forward_ops))
-    _check_logits(logits, output)
+    _graph.set_gradient(excluded, None)  # PReLU parts: plain in the relu scope, always
+    scopes = guide_scopes(guide)
+    plan = _activations.Rules(
+        _activations.find(forward_ops, images, logits, [head_op] if head_op is not None else []),
+        [op for op in relus if op.name not in excluded_names], scopes)
+    in_functions, plain_in_functions = _graph.function_census(_graph.function_ops(forward_ops))
+    report_rules = [record.relu_rule for record in map(method, report_methods)]
+    main_rule = next((rule for rule in ("guided", "deconvnet") if rule in report_rules), None)
+    by_rule = {rule: (scopes[rule], dict(collections.Counter(plan.census(rule))
+                                          + collections.Counter(in_functions)))
+               for rule in ("guided", "deconvnet") if rule in report_rules}
+    guided_counts = by_rule[main_rule][1] if main_rule else {}
+    plain = dict(collections.Counter(plan.left_plain(main_rule))
+                 + collections.Counter(plain_in_functions))
     feature_map = None
     if needs_cam or features:
         feature_map = (_gradcam.feature_map_by_name(forward_ops, layer_path, model)
@@ -117,11 +136,13 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
     scores, probabilities = _graph.class_scores(logits, output, head)
     report = _graph.Report(
         method=",".join(report_methods),
-        guided_ops=guided_counts if swaps_relus(report_methods) else {},
+        guided_activations=guided_counts,
         plain_activations=plain,
         head=head,
         num_classes=int(scores.shape[-1]),
         layer=None if feature_map is None else feature_map.op.name.rsplit("/", 1)[0],
+        guide=scopes[main_rule] if main_rule else None,
+        by_rule=by_rule,
     )
 
     # Negative targets name ranks: -1 the top class, -2 the second, ... (ties: lower index
@@ -139,7 +160,7 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
             score = tf.reduce_sum(target_scores[:, column])
             input_gradients, feature_gradient = {}, None
             for rule in calls:
-                _graph.set_gradient(guided, RULE_GRADIENT[rule])
+                plan.apply(rule)
                 wanted = [images] if rule in rules else []
                 if rule == "plain" and needs_cam:
                     wanted.append(feature_map)
@@ -157,7 +178,7 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
                 for record in records
             })
     finally:  # the ops go back to the gradient they were created with
-        _graph.set_gradient(guided, RULE_GRADIENT["guided"] if swapped else None)
+        plan.restore()
     maps = {record.name: tf.stack([column[record.name] for column in per_column], axis=1)
             for record in records}
     outputs = {
@@ -168,7 +189,7 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
         "class_probabilities": probabilities,
     }
     if features:
-        outputs["features"] = tf.cast(feature_map, tf.float32)
+        outputs["features"] = tf.cast(_tokens.as_grid(feature_map), tf.float32)  # tokens: grid
     return outputs, report
 
 

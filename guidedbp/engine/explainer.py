@@ -33,7 +33,7 @@ from functools import partial
 import numpy as np
 
 from guidedbp.caveats import Caveat
-from guidedbp.engine import _averaging, _caveats, _gradcam, _graph, _inputs
+from guidedbp.engine import _activations, _averaging, _caveats, _gradcam, _graph, _inputs
 from guidedbp.engine import methods as registry
 from guidedbp.engine._functions import TracedFunctions
 from guidedbp.engine._runners import MethodRunners, Pass, hands_out_features
@@ -74,7 +74,11 @@ class Explainer:
     A softmax or sigmoid head is bypassed: maps explain the pre-activation logit.
     Every ``Relu`` and ``Relu6`` op the forward pass creates is guided (fused
     activations, ``ReLU``/``Activation`` layers, nested models, ``tf.nn.relu`` in
-    custom layers); other activations keep their plain gradient.
+    custom layers), and with ``guide="all"`` (guided backprop's default) every other
+    elementwise activation too — SiLU, GELU, hard-swish, sigmoid, tanh... — by the
+    generalised rule: ``f'(x) * max(g, 0)`` for guided backprop, ``max(g, 0)`` for
+    deconvnet (:mod:`guidedbp.engine._activations`). ``guide="relu"`` keeps the papers'
+    scope, the ReLU family alone (deconvnet's default).
 
     Args:
         model: A traceable callable ``model(images, training=False) -> (N, classes)``
@@ -87,7 +91,7 @@ class Explainer:
         pixel_to_input: Maps 0-255 pixels ``(N, H, W, C)`` into the model's input
             space, to place the black and white integrated-gradients baselines and
             occlusion's ``fill``. Default: the identity (the model takes raw pixels).
-        **fields: Method options by their flat names (``layer``, ``upsample``,
+        **fields: Method options by their flat names (``guide``, ``layer``, ``upsample``,
             ``smooth``, ``noise``, ``seed``, ``steps``, ``baseline``, ``max_channels``,
             ``patch``, ``stride``, ``fill``), replacing those of ``options``.
         caveats: :class:`~guidedbp.caveats.Caveat` items that hold for every map of
@@ -104,8 +108,8 @@ class Explainer:
     >>> explainer = Explainer(model, method="guided")
     >>> explainer(np.ones((2, 8, 8, 3), np.float32), target=3).shape
     (2, 8, 8, 3)
-    >>> explainer.report.guided_ops
-    {'Relu': 1}
+    >>> explainer.report.guided_activations
+    {'relu': 1}
     """
 
     def __init__(
@@ -138,6 +142,7 @@ class Explainer:
                 f"model must be a keras.Model or a callable, got {type(model).__name__}"
             )
         _graph.register_gradients()
+        _activations.register_gradients()
         self.model = model
         self.pixel_to_input = pixel_to_input
         layer_path = None
@@ -145,7 +150,8 @@ class Explainer:
             layer_path = _gradcam.layer_path(model, layer) or layer.split("/")
         self._traced = TracedFunctions(model, self.methods, layer_path,
                                        self.options.gradcam.upsample,
-                                       features=hands_out_features(self.methods))
+                                       features=hands_out_features(self.methods),
+                                       guide=self.options.guided.guide)
         # The methods by the runner each record names, and how their maps are computed.
         self._runs = MethodRunners(
             self.methods, self._traced, self.options, self.check_memory,
@@ -342,7 +348,7 @@ class Explainer:
         the traced model, then those of the image's own maps (:mod:`._caveats`). Computed
         afresh, so applying it twice is harmless."""
         shared = [*self.caveats, *_caveats.of_model(
-            self.methods, self._report_for(key).guided_ops, self.options.scorecam.max_channels,
+            self.methods, self._report_for(key).by_rule, self.options.scorecam.max_channels,
             self._runs.feature_channels.get(key))]
 
         def span() -> float:
@@ -358,13 +364,17 @@ class Explainer:
         report = self._traced.report(key, self._runs.clean)
         if key not in self._warned:
             self._warned.add(key)
-            swapping = [m for m in self.methods if registry.swaps_relus((m,))]
-            if swapping and not report.guided_ops:
+            plain = [m for m in self.methods if registry.method(m).relu_rule in report.by_rule
+                     and not report.by_rule[registry.method(m).relu_rule][1]]
+            if plain:
                 name = getattr(self.model, "name", None) or "the model"
-                what = (f"{swapping[0]} backprop equals" if len(swapping) == 1
-                        else f"{' and '.join(swapping)} equal")
+                what = (f"{plain[0]} backprop equals" if len(plain) == 1
+                        else f"{' and '.join(plain)} equal")
+                scopes = {report.by_rule[registry.method(m).relu_rule][0] for m in plain}
+                lacks = ("no ReLU-family op" if scopes == {"relu"}
+                         else "no activation to guide")
                 warnings.warn(
-                    f"{name} has no ReLU-family op: {what} the plain gradient for it",
+                    f"{name} has {lacks}: {what} the plain gradient for it",
                     NoReluWarning, stacklevel=_caller_stacklevel(),
                 )
         return report

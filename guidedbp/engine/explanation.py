@@ -15,7 +15,9 @@ __all__ = ["Explanation", "NoReluWarning"]
 
 
 class NoReluWarning(UserWarning):
-    """The model has no ReLU-family op, so guided backprop equals the plain gradient."""
+    """The model has no activation in the rule's scope (no ReLU-family op for
+    ``guide="relu"``, no activation at all for ``"all"``), so guided backprop or
+    deconvnet equals the plain gradient."""
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,38 @@ class GradCamOptions:
             )
 
 
+#: Where guided backprop and deconvnet replace gradients: ``all`` activations (the
+#: generalised rule) or the ``relu`` family only (the paper's scope).
+GUIDE_SCOPES = ("all", "relu")
+
+
+@dataclass(frozen=True)
+class GuideOptions:
+    """Where the guided and deconvnet rules apply (README, "How it works").
+
+    At every activation ``y = f(x)`` in scope, with ``g`` the gradient arriving at ``y``,
+    guided backprop sends ``f'(x) * max(g, 0)`` to ``x`` and deconvnet ``max(g, 0)``;
+    outside it, activations keep their own gradient. On ReLU and ReLU6 that is the
+    papers' rule.
+
+    Attributes:
+        guide: ``"all"``: every elementwise activation (SiLU, GELU, hard-swish, sigmoid,
+            ...); ``"relu"``: the ReLU family only (``Relu``/``Relu6`` ops, the papers'
+            scope); ``None``: ``all`` for guided backprop (and the guided CAMs),
+            ``relu`` for deconvnet, as measured in the README.
+    """
+
+    guide: str | None = field(default=None, metadata={
+        "help": "Where guided backprop and deconvnet replace gradients: 'all' activations "
+                "(SiLU, GELU, hard-swish, sigmoid... by f'(x)*max(g,0)) or the 'relu' family "
+                "only [default: all for guided and the guided CAMs, relu for deconvnet].",
+        "choices": GUIDE_SCOPES})
+
+    def __post_init__(self):
+        if self.guide is not None and self.guide not in GUIDE_SCOPES:
+            raise ArgumentError(f"guide={self.guide!r} is not one of {', '.join(GUIDE_SCOPES)}")
+
+
 @dataclass(frozen=True)
 class SmoothGradOptions:
     """SmoothGrad (Smilkov et al. 2017), on top of any method.
@@ -195,6 +227,7 @@ class MethodOptions:
     Attributes:
         batch_size: Images (or noisy copies, or path steps) per forward/backward
             pass, at most :data:`MAX_BATCH_SIZE`; bounds memory.
+        guided: :class:`GuideOptions`.
         gradcam: :class:`GradCamOptions`.
         smoothgrad: :class:`SmoothGradOptions`.
         integrated_gradients: :class:`IntegratedGradientsOptions`.
@@ -203,6 +236,7 @@ class MethodOptions:
     """
 
     batch_size: int = DEFAULT_BATCH_SIZE
+    guided: GuideOptions = field(default_factory=GuideOptions)
     gradcam: GradCamOptions = field(default_factory=GradCamOptions)
     smoothgrad: SmoothGradOptions = field(default_factory=SmoothGradOptions)
     integrated_gradients: IntegratedGradientsOptions = field(
@@ -248,7 +282,7 @@ class MethodOptions:
         return values
 
 
-_GROUPS = {"gradcam": GradCamOptions, "smoothgrad": SmoothGradOptions,
+_GROUPS = {"guided": GuideOptions, "gradcam": GradCamOptions, "smoothgrad": SmoothGradOptions,
            "integrated_gradients": IntegratedGradientsOptions, "scorecam": ScoreCamOptions,
            "occlusion": OcclusionOptions}
 _FLAT_NAMES = {"batch_size": "", **{f.name: group for group, kind in _GROUPS.items()

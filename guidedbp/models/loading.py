@@ -29,7 +29,9 @@ from guidedbp.models.savedmodel import is_saved_model, load_saved_model
 
 __all__ = [
     "DEFAULT_FILE_PREPROCESS",
+    "DEMO_SILU_SPEC",
     "DEMO_SPEC",
+    "DEMO_SPECS",
     "WEIGHTS_CHOICES",
     "FrozenGraph",
     "LoadedModel",
@@ -42,6 +44,14 @@ __all__ = [
 
 #: The model spec of the bundled shapes classifier (see guidedbp.demo).
 DEMO_SPEC = "demo"
+
+#: The model spec of the bundled shapes classifier's SiLU twin: the same network, data
+#: and training with SiLU in place of ReLU in its convs (``--activation silu``).
+DEMO_SILU_SPEC = "demo-silu"
+
+#: Each bundled model's spec and the stem of its files in ``guidedbp/demo/data/``
+#: (``STEM.keras`` and ``STEM_labels.txt``).
+DEMO_SPECS = {DEMO_SPEC: "shapes", DEMO_SILU_SPEC: "shapes_silu"}
 
 
 def load_model(
@@ -60,8 +70,8 @@ def load_model(
 
     Args:
         spec: ``model.keras``, ``model.h5``, a SavedModel directory, ``keras:NAME``
-            (any ``keras.applications`` model, case-insensitive), ``"demo"``, a
-            ``keras.Model`` or a :class:`LoadedModel`.
+            (any ``keras.applications`` model, case-insensitive), ``"demo"`` (or
+            ``"demo-silu"``), a ``keras.Model`` or a :class:`LoadedModel`.
         signature: SavedModel signature to explain.
         input_key: The signature input holding the image, where it has several.
         output_key: The signature output holding the class scores, where it has several.
@@ -83,7 +93,7 @@ def load_model(
 
     Warns:
         UserWarning: ``weights`` given for a model that is not ``keras:NAME``; ``"demo"``
-            while a local file or folder is named ``demo``.
+            while a local file or folder is named ``demo`` (the same for ``"demo-silu"``).
 
     >>> loaded = load_model("keras:MobileNetV2", weights="none")  # doctest: +SKIP
     >>> loaded.preprocess, loaded.input_shape  # doctest: +SKIP
@@ -99,14 +109,14 @@ def load_model(
         loaded = LoadedModel.from_keras(spec, "in-memory", getattr(spec, "name", "model"))
     else:
         spec = os.fspath(spec)
-        if spec == DEMO_SPEC:
-            if os.path.exists(DEMO_SPEC):
+        if spec in DEMO_SPECS:
+            if os.path.exists(spec):
                 warnings.warn(
-                    f"using the bundled demo model for {DEMO_SPEC!r}, though a local "
-                    f"{DEMO_SPEC!r} exists here: name it ./{DEMO_SPEC} to load that instead",
+                    f"using the bundled demo model for {spec!r}, though a local "
+                    f"{spec!r} exists here: name it ./{spec} to load that instead",
                     UserWarning, stacklevel=2,
                 )
-            loaded = _load_demo()
+            loaded = _load_demo(spec)
         elif spec.lower().startswith("keras:"):
             loaded = load_application(spec, weights)
         else:
@@ -148,12 +158,13 @@ def resolve(model) -> LoadedModel:
 def check_model_path(spec: str) -> None:
     """What can be known of a model spec without TensorFlow, checked at once: a path
     exists, is readable and is a SavedModel folder or a ``.keras``/``.h5`` file by its
-    first bytes (``demo`` and ``keras:NAME`` pass; :func:`load_model` says the rest).
+    first bytes (``demo``, ``demo-silu`` and ``keras:NAME`` pass; :func:`load_model` says
+    the rest).
 
     Raises:
         ModelLoadError: With a one-line reason.
     """
-    if spec == DEMO_SPEC or spec.lower().startswith("keras:"):
+    if spec in DEMO_SPECS or spec.lower().startswith("keras:"):
         return
     path = Path(spec)
     try:
@@ -186,18 +197,21 @@ def _load_path(spec: str, signature, input_key, output_key, unsafe, custom_objec
     return load_keras_file(spec, unsafe, custom_objects)
 
 
-def _load_demo() -> LoadedModel:
+def _load_demo(spec: str = DEMO_SPEC) -> LoadedModel:
+    """A bundled model by its spec, a key of :data:`DEMO_SPECS`."""
     from importlib import resources
 
+    stem = DEMO_SPECS[spec]
     data = resources.files("guidedbp.demo").joinpath("data")
-    with resources.as_file(data.joinpath("shapes.keras")) as path:
+    with resources.as_file(data.joinpath(f"{stem}.keras")) as path:
         if not path.is_file():
+            which = "demo model" if spec == DEMO_SPEC else f"{spec!r} model"
             raise ModelLoadError(
-                "the bundled demo model is missing from this installation: run `make demo-model`"
+                f"the bundled {which} is missing from this installation: run `make demo-model`"
             )
         loaded = load_keras_file(str(path))
-    loaded.source, loaded.format = DEMO_SPEC, "demo"
-    loaded.labels = labels_module.load_labels(data.joinpath("shapes_labels.txt"))
+    loaded.source, loaded.format = spec, "demo"
+    loaded.labels = labels_module.load_labels(data.joinpath(f"{stem}_labels.txt"))
     loaded.labels_source = "the demo model's shape names"
     loaded.preprocess_source = "the demo model rescales raw 0-255 pixels itself"
     loaded.notes = []

@@ -126,6 +126,7 @@ def load_saved_model(
     output_keys = tf.nest.flatten({key: key for key in function.structured_outputs})
     output = frozen.outputs[output_keys.index(out_key)]
     graph_def = prune_graph_def(frozen_graph_def, output.op.name)
+    wrapped = _drop_saved_custom_gradients(graph_def)
     needed = {node.name for node in graph_def.node}
     if placeholder.op.name not in needed:
         raise ModelLoadError(
@@ -148,7 +149,7 @@ def load_saved_model(
         input_spec=tf.TensorSpec((None, *input_spec.shape[1:]), input_spec.dtype),
         name=Path(spec).name,
     )
-    return LoadedModel(
+    loaded = LoadedModel(
         model=graph,
         source=spec,
         format="savedmodel",
@@ -156,6 +157,60 @@ def load_saved_model(
         preprocess=DEFAULT_FILE_PREPROCESS,
         preprocess_source=FILE_PREPROCESS_SOURCE,
     )
+    if wrapped:
+        loaded.notes.append(
+            f"{wrapped} custom gradient(s) saved with the model wrap ops other than "
+            "TensorFlow's silu: maps use the gradient of the wrapped ops instead")
+    return loaded
+
+
+#: A custom gradient's name in a graph (``tf.custom_gradient`` in graph mode).
+_CUSTOM_GRADIENT = b"CustomGradient-"
+
+
+def _drop_saved_custom_gradients(graph_def) -> int:
+    """Let the ``IdentityN`` ops of saved custom gradients take their own gradient.
+
+    ``tf.custom_gradient`` (TensorFlow's ``silu``/``swish`` uses one) ends in an
+    ``IdentityN`` over the ops it wraps, named to a gradient function. Loading the
+    SavedModel registers that function against the loader's own graph, where a graph
+    imported elsewhere cannot use it (every gradient, even the plain one, would fail).
+    Without the name, ``IdentityN`` passes each gradient to its input, so the gradient
+    flows through the wrapped ops: the derivative of what the model computes, which for
+    ``silu`` is what its custom gradient computes too.
+
+    Args:
+        graph_def: Changed in place (its nodes and its functions' nodes).
+
+    Returns:
+        How many wrapped something other than ``silu`` (``x * sigmoid(b * x)``), whose
+        custom gradient may have differed from the derivative.
+    """
+    by_name = {node.name: node for node in graph_def.node}
+    others = 0
+    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    for node in nodes:
+        attr = node.attr.get("_gradient_op_type")
+        if node.op == "IdentityN" and attr is not None and attr.s.startswith(_CUSTOM_GRADIENT):
+            del node.attr["_gradient_op_type"]
+            others += not _is_silu(node, by_name)
+    return others
+
+
+def _is_silu(identity, by_name: dict) -> bool:
+    """Whether ``identity``'s first input is ``x * sigmoid(...)`` with ``x`` its second."""
+    def producer(name: str):
+        return by_name.get(name.lstrip("^").split(":")[0])
+
+    if len(identity.input) < 2:
+        return False
+    product = producer(identity.input[0])
+    x = identity.input[1].split(":")[0]
+    if product is None or product.op != "Mul":
+        return False
+    operands = [producer(name) for name in product.input]
+    return (any(op is not None and op.name == x for op in operands)
+            and any(op is not None and op.op == "Sigmoid" for op in operands))
 
 
 # TensorFlow 1 (control flow v1) loop ops; its tf.cond (Switch, Merge) is explained as is.

@@ -162,7 +162,8 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
         owned = frozenset(path for record in earlier.values()
                           for target in record["targets"] if isinstance(target, dict)
                           for path in _paths_of(target))
-        plan = Plan(output, options, Feed.of(loaded), classes, num_classes, owned)
+        plan = Plan(output, options, Feed.of(loaded), classes, num_classes, owned,
+                    guided=explainer.report.as_dict()["by_rule"])
         carried = carried_over(plan, items, earlier) if options.output.skip_existing else {}
         carried.update(_clashes(plan, items))
         if hasattr(progress, "begin"):

@@ -68,6 +68,9 @@ class Plan:
         owned: Files under OUT (relative paths) that an earlier run's manifest says
             guidedbp wrote; with the PNGs that carry guidedbp's mark, the only files
             a run may replace.
+        guided: What the swapping rules guided, from the explainer's report: rule ->
+            ``{"guide": scope, "guided_activations": {kind: count}}`` (empty when no
+            method swaps gradients); every record carries it.
     """
 
     output: str
@@ -76,6 +79,7 @@ class Plan:
     classes: tuple[int, ...] = ()
     num_classes: int = 0
     owned: frozenset = frozenset()
+    guided: dict = field(default_factory=dict)
 
     @property
     def naming(self) -> Naming:
@@ -176,11 +180,21 @@ def _same_file_key(path: str) -> str:
     return os.path.normpath(os.path.abspath(path))
 
 
+def _scopes(guided) -> dict:
+    """Rule -> scope of a record's or a plan's ``guided`` field."""
+    if not isinstance(guided, dict):
+        return {}
+    return {rule: value.get("guide") if isinstance(value, dict) else None
+            for rule, value in guided.items()}
+
+
 def _still_valid(plan: Plan, item: InputItem, record: dict) -> bool:
     options, naming = plan.options, plan.naming
     targets = record.get("targets") or []
     if record.get("status") != "ok" or record.get("method") != ",".join(options.methods):
         return False
+    if _scopes(record.get("guided")) != _scopes(plan.guided):
+        return False  # another --guide (or a manifest from before it): other maps
     classes = [target.get("class") for target in targets]
     if plan.classes:
         wanted = list(plan.classes) == classes
@@ -472,6 +486,7 @@ def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict],
         "label": first.get("label"),
         "score": first.get("score"),
         "method": ",".join(plan.options.methods),
+        "guided": plan.guided,
         "outputs": first.get("outputs", {}),
         "raw": first.get("raw"),
         "targets": targets,
