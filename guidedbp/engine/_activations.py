@@ -45,23 +45,8 @@ from tensorflow.core.framework import attr_value_pb2
 
 from guidedbp.engine import _graph
 
-#: Where the guided rule applies: every activation, or the ReLU family alone.
-GUIDE_SCOPES = ("all", "relu")
-
 #: Op types an activation is found from, and the kind a region of one core is.
-CORE_KINDS = {
-    "Relu": "relu",
-    "Relu6": "relu6",
-    "LeakyRelu": "leaky_relu",
-    "Elu": "elu",
-    "Selu": "selu",
-    "Sigmoid": "sigmoid",
-    "Tanh": "tanh",
-    "Softplus": "softplus",
-    "Softsign": "softsign",
-    "Erf": "gelu",
-    "Erfc": "gelu",
-}
+CORE_KINDS = _graph.ACTIVATION_KINDS
 
 #: Elementwise ops a region may hold besides its cores (constants broadcast).
 ELEMENTWISE_OPS = frozenset((
@@ -116,8 +101,8 @@ def find(forward_ops: list[tf.Operation], images: tf.Tensor, logits: tf.Tensor,
     """Every activation between ``images`` and ``logits`` (see the module docstring), in
     creation order; ``exclude`` (the bypassed head) is none."""
     order = {op.name: index for index, op in enumerate(forward_ops)}
-    dependent = _descendants(images.op)
-    live = _ancestors(logits.op)
+    dependent = _graph.descendants(images.op)
+    live = _graph.ancestors(logits.op)
     excluded = {op.name for op in exclude}
     claimed: set[str] = set()
     found = []
@@ -129,30 +114,6 @@ def find(forward_ops: list[tf.Operation], images: tf.Tensor, logits: tf.Tensor,
                 claimed.update(member.name for member in activation.ops)
                 found.append(activation)
     return found
-
-
-def _descendants(op: tf.Operation) -> set[str]:
-    names, stack = set(), [op]
-    while stack:
-        current = stack.pop()
-        if current.name in names:
-            continue
-        names.add(current.name)
-        for output in current.outputs:
-            stack.extend(output.consumers())
-    return names
-
-
-def _ancestors(op: tf.Operation) -> set[str]:
-    names, stack = set(), [op]
-    while stack:
-        current = stack.pop()
-        if current.name in names:
-            continue
-        names.add(current.name)
-        stack.extend(tensor.op for tensor in current.inputs)
-        stack.extend(current.control_inputs)
-    return names
 
 
 def _scope(op: tf.Operation) -> str:

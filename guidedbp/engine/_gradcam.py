@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from guidedbp._text import did_you_mean, some_of
+from guidedbp.engine import _graph
 from guidedbp.engine._tokens import (
     _enters_normalization,
     _is_tokens,
@@ -252,15 +253,7 @@ def default_feature_map(logits: tf.Tensor, images: tf.Tensor) -> tf.Tensor:
 
 def _depends_on(images: tf.Tensor) -> set[str]:
     """Names of the ops whose outputs depend on ``images``."""
-    names, stack = set(), [images.op]
-    while stack:
-        op = stack.pop()
-        if op.name in names:
-            continue
-        names.add(op.name)
-        for output in op.outputs:
-            stack.extend(output.consumers())
-    return names
+    return _graph.descendants(images.op)
 
 
 def gradcam_weights(feature_map: tf.Tensor, gradient: tf.Tensor) -> tf.Tensor:

@@ -17,19 +17,26 @@ import tensorflow as tf
 #: ReLU-family op types whose gradient guided backprop replaces.
 RELU_OPS = ("Relu", "Relu6")
 
-#: Activation ops inside control-flow functions, which keep their plain gradient there
-#: (only ReLUs are guided inside functions), by the kind the report names.
-PLAIN_ACTIVATION_OPS = {
+#: The op types an activation is found from (its nonlinear op), by the kind of activation
+#: one of them alone is (``guidedbp.engine._activations`` grows each into its region).
+ACTIVATION_KINDS = {
+    "Relu": "relu",
+    "Relu6": "relu6",
     "LeakyRelu": "leaky_relu",
     "Elu": "elu",
     "Selu": "selu",
-    "Erf": "gelu",
-    "Erfc": "gelu",  # exact GELU, as tf.nn.gelu(approximate=False) builds it
     "Sigmoid": "sigmoid",
     "Tanh": "tanh",
     "Softplus": "softplus",
     "Softsign": "softsign",
+    "Erf": "gelu",
+    "Erfc": "gelu",  # exact GELU, as tf.nn.gelu(approximate=False) builds it
 }
+
+#: Activation ops inside control-flow functions, which keep their plain gradient there
+#: (only ReLUs are guided inside functions), by the kind the report names.
+PLAIN_ACTIVATION_OPS = {op: kind for op, kind in ACTIVATION_KINDS.items()
+                        if op not in RELU_OPS}
 
 #: Ops a model's output may pass through after its classification head.
 _PASS_THROUGH_OPS = ("Identity", "Cast", "StopGradient")
@@ -198,6 +205,33 @@ def class_scores(logits: tf.Tensor, output: tf.Tensor, head: str | None):
         logits = tf.concat([-logits, logits], axis=-1)
         probabilities = tf.concat([1.0 - probabilities, probabilities], axis=-1)
     return logits, probabilities
+
+
+def descendants(op: tf.Operation) -> set[str]:
+    """Names of ``op`` and of every op that reads its outputs, directly or not."""
+    names, stack = set(), [op]
+    while stack:
+        current = stack.pop()
+        if current.name in names:
+            continue
+        names.add(current.name)
+        for output in current.outputs:
+            stack.extend(output.consumers())
+    return names
+
+
+def ancestors(op: tf.Operation) -> set[str]:
+    """Names of ``op`` and of every op it reads (inputs and control inputs), directly
+    or not."""
+    names, stack = set(), [op]
+    while stack:
+        current = stack.pop()
+        if current.name in names:
+            continue
+        names.add(current.name)
+        stack.extend(tensor.op for tensor in current.inputs)
+        stack.extend(current.control_inputs)
+    return names
 
 
 def relu_ops(ops: list[tf.Operation]) -> list[tf.Operation]:
