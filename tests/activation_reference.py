@@ -31,7 +31,7 @@ What counts as an activation (each is replaced in the clone by ``f`` wrapped in 
 Covered functions: relu, relu6, leaky_relu, elu, selu, gelu (exact and tanh), silu/swish,
 hard_silu/hard_swish, hard_sigmoid, sigmoid, tanh, softplus, softsign, mish. Softmax,
 log-softmax, sparsemax and GLU are not elementwise and keep their gradient; ``linear``
-is nothing. Any other activation (celu, squareplus, a lambda, ...) raises
+is nothing. Any other activation (exponential, celu, a lambda, ...) raises
 ``ValueError``, as does a layer whose activation cannot be set (LSTM, GRU) or that
 cannot be cloned from its config. After cloning, the traced forward pass (nested
 functions included) is scanned: an activation op (``Relu``, ``Relu6``, ``LeakyRelu``,

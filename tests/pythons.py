@@ -51,6 +51,9 @@ OUT = ROOT / "build" / "pythons"
 # chain.) About two minutes each.
 SMOKE = (
     "tests/test_engine_exact.py",
+    # The generalised rule reads how TensorFlow and Keras build each activation: check
+    # every kind on every interpreter, at the floors too.
+    "tests/test_activation_regions.py",
     "tests/test_demo.py",
     "tests/test_library.py",
     "tests/test_pytest_plugin.py",
