@@ -35,14 +35,15 @@ demo: $(STAMP)
 	@echo "Open demo-out/index.html (one samples/*.panel.png per shape: original | color | gray | overlay)."
 
 # Retrain the bundled shapes models, ReLU (demo) and SiLU (demo-silu): fixed seeds,
-# about ten minutes each on 2 cores.
+# about ten minutes each on 2 cores; then the segmentation model (demo-seg), a few minutes.
 demo-model: $(STAMP)
 	$(PY) -m guidedbp.demo.train
 	$(PY) -m guidedbp.demo.train --activation silu
+	$(PY) -m guidedbp.demo.train_seg
 
 # The README's tables for the bundled models (demo, then demo-silu under both --guide
-# scopes): localisation against the shapes' masks, deletion and insertion (no masks
-# needed), and each method's cost relative to guided.
+# scopes, then demo-seg's regions): localisation against the shapes' masks, deletion and
+# insertion (no masks needed), and each method's cost relative to guided.
 eval: $(STAMP)
 	$(VENV)/bin/guidedbp evaluate demo --shapes 500 --seed 1000 --method all \
 		--metric pointing,energy,deletion,insertion --costs
@@ -52,6 +53,15 @@ eval: $(STAMP)
 		--method guided,vanilla,deconvnet,gradcam,guided-gradcam --metric pointing,energy,deletion,insertion
 	$(VENV)/bin/guidedbp evaluate demo-silu --shapes 500 --seed 1000 --guide relu \
 		--method guided,deconvnet,guided-gradcam --metric pointing,energy,deletion,insertion
+	$(VENV)/bin/guidedbp evaluate demo-seg --shapes 200 --seed 1000 \
+		--method guided,vanilla,deconvnet,gradcam,guided-gradcam,integrated-gradients
+	$(VENV)/bin/guidedbp evaluate demo-seg --shapes 200 --seed 1000 --distractors \
+		--method guided,vanilla,deconvnet,gradcam,guided-gradcam,integrated-gradients
+	$(VENV)/bin/guidedbp evaluate demo-seg --shapes 200 --seed 1000 --distractors \
+		--explain-distractor \
+		--method guided,vanilla,deconvnet,gradcam,guided-gradcam,integrated-gradients
+	$(VENV)/bin/guidedbp evaluate demo-seg --shapes 200 --seed 1000 \
+		--method gradcam++,layercam,scorecam,occlusion
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis guidedbp.egg-info demo-out guidedbp-out build dist

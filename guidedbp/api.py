@@ -5,7 +5,8 @@ its input space, and knows nothing about files. This one also takes what
 :func:`guidedbp.load_model` takes (a ``.keras``/``.h5`` path, a SavedModel folder,
 ``keras:NAME``, ``demo`` or a :class:`~guidedbp.models.loading.LoadedModel`), places
 the integrated-gradients baselines with the model's own preprocessing, and accepts
-class names as targets.
+class names as targets (for :class:`~guidedbp.targets.Region` too) and image files as
+:class:`~guidedbp.targets.Similarity` references.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from guidedbp.engine import explainer as engine
+from guidedbp.engine.targets import Region, Similarity, as_target
 from guidedbp.errors import ArgumentError
+from guidedbp.io.images import decode_image
 from guidedbp.models.labels import resolve_class
 from guidedbp.models.loading import LoadedModel, load_model
-from guidedbp.models.preprocess import PREPROCESS_MODES
+from guidedbp.models.preprocess import PREPROCESS_MODES, prepare
 from guidedbp.models.preprocess import preprocess as pixels_to
 
 __all__ = ["Explainer", "saliency"]
@@ -37,7 +41,9 @@ class Explainer(engine.Explainer):
     - black and white integrated-gradients baselines are the model's preprocessing
       of black and white pixels (``preprocess=MODE`` overrides the model's own);
     - ``target`` may name classes (``"tabby"``, or the unique start of a name) when
-      the model has class names.
+      the model has class names, also a :class:`~guidedbp.targets.Region`'s class;
+    - a :class:`~guidedbp.targets.Similarity` reference may be an image file, decoded
+      and preprocessed like the inputs (stretched to the model's size).
 
     >>> explainer = Explainer("demo", method=("guided", "gradcam"))  # doctest: +SKIP
     >>> explainer.explain(images, target="circle").by_method.keys()  # doctest: +SKIP
@@ -57,6 +63,7 @@ class Explainer(engine.Explainer):
                 raise ArgumentError(f"preprocess={preprocess!r} is not one of "
                                     f"{', '.join(PREPROCESS_MODES)}")
             options.setdefault("pixel_to_input", functools.partial(pixels_to, mode=preprocess))
+        self._preprocess = preprocess
         if loaded is not None:  # random weights, unscaled pixels: on every map it makes
             options.setdefault("caveats", loaded.caveats_for(preprocess))
         super().__init__(model, method, batch_size, **options)
@@ -68,6 +75,8 @@ class Explainer(engine.Explainer):
 
     def explain(self, images, target=None) -> engine.Explanation:
         """Every method's maps; ``target`` may also be a class name or a list of them."""
+        if as_target(target) is not None:
+            return super().explain(images, self._resolved(target, np.asarray(images).shape[1:]))
         if _names_a_class(target):
             images = np.asarray(images)
             num_classes = self.report_for(images.shape[1:]).num_classes
@@ -77,6 +86,43 @@ class Explainer(engine.Explainer):
                 target = [resolve_class(t if isinstance(t, str) else int(t), self.labels,
                                         num_classes) for t in target]
         return super().explain(images, target)
+
+    def explain_targets(self, images, targets) -> list[engine.Explanation]:
+        """Several targets from one forward pass; class names, region class names and
+        reference image files resolved as :meth:`explain` does."""
+        shape = np.asarray(images).shape[1:]
+        return super().explain_targets(images, [
+            self._resolved(target, shape) if as_target(target) is not None
+            else (self._class_index(target) if isinstance(target, str) else target)
+            for target in targets])
+
+    def _class_index(self, name: str) -> int:
+        """A class name (or digits) as an index into the labels; the engine checks the
+        index against the output it reads."""
+        return resolve_class(name, self.labels, len(self.labels) if self.labels else 2**31 - 1)
+
+    def _resolved(self, target, image_shape: tuple):
+        """``target`` with a region's class name as its index and a reference file as
+        the preprocessed image."""
+        target = as_target(target)
+        if isinstance(target, Region) and isinstance(target.index, str):
+            target = replace(target, index=self._class_index(target.index),
+                             name=target.name or target.index)
+        if isinstance(target, Similarity) and isinstance(target.reference, (str, os.PathLike)):
+            target = replace(target, reference=self.reference_image(target.reference,
+                                                                    image_shape))
+        return target
+
+    def reference_image(self, path, image_shape: tuple) -> np.ndarray:
+        """An image file as the model takes it: decoded, stretched to the model's size
+        (the images' ``image_shape`` where the model's is free), preprocessed."""
+        channels = image_shape[-1] if len(image_shape) == 3 else 3
+        image = decode_image(os.fspath(path), channels=channels)
+        declared = self.image_shape
+        shape = tuple(declared) if declared is not None else tuple(image_shape)
+        size = tuple(image_shape[:2]) if None in shape[:2] else None
+        _, _, model_input = prepare(image, shape, self._preprocess or "none", size, "stretch")
+        return model_input
 
 
 def _names_a_class(target) -> bool:

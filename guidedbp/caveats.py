@@ -29,9 +29,11 @@ __all__ = [
     "NEGLIGIBLE_MAP",
     "NO_GUIDED_ACTIVATION",
     "NO_RESCALING",
+    "EMPTY_REGION",
     "SCORECAM_CAPPED",
     "UNTRAINED_WEIGHTS",
     "Caveat",
+    "empty_region",
     "negligible_map",
     "no_guided_activation",
     "scorecam_capped",
@@ -43,8 +45,10 @@ NO_GUIDED_ACTIVATION = "no-guided-activation"
 NO_RESCALING = "no-rescaling"
 NEGLIGIBLE_MAP = "negligible-map"
 SCORECAM_CAPPED = "scorecam-capped"
+EMPTY_REGION = "empty-region"
 #: Every caveat code, in the order they are listed.
-CODES = (UNTRAINED_WEIGHTS, NO_GUIDED_ACTIVATION, NO_RESCALING, NEGLIGIBLE_MAP, SCORECAM_CAPPED)
+CODES = (UNTRAINED_WEIGHTS, NO_GUIDED_ACTIVATION, NO_RESCALING, NEGLIGIBLE_MAP, SCORECAM_CAPPED,
+         EMPTY_REGION)
 
 #: A gradient map is negligible when its whole first-order effect on the class score is
 #: below this: float32's resolution at 1 (2**-23), the scale of a logit that moves a
@@ -129,3 +133,10 @@ def scorecam_capped(kept: int, channels: int, method: str = "scorecam") -> Cavea
     return Caveat(SCORECAM_CAPPED,
                   f"{method} used only the {kept} most active of {channels} feature channels",
                   method)
+
+
+def empty_region(label: str) -> Caveat:
+    """A region target (``label``: ``region:1``) with no pixel in it: its score is 0 and
+    every map of it is all zero."""
+    return Caveat(EMPTY_REGION, f"{label} is empty: no pixel of the output is in the "
+                  "region, so its score is 0 and its maps are zero")

@@ -279,7 +279,7 @@ def test_manifest_record_of_a_negligible_map(inputs, tmp_path):
 
 def test_caveat_codes_are_the_documented_ones():
     assert caveat_kinds.CODES == ("untrained-weights", "no-guided-activation", "no-rescaling",
-                                  "negligible-map", "scorecam-capped")
+                                  "negligible-map", "scorecam-capped", "empty-region")
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert all(f"`{code}`" in readme for code in caveat_kinds.CODES)
     with pytest.raises(ValueError, match="unknown caveat code 'nope'"):

@@ -34,14 +34,14 @@ def inspect_json(*args) -> dict:
 
 
 def fields(text: str) -> dict:
-    """The 'key  value' lines of the text description (notes collected in a list)."""
-    parsed = {"note": []}
+    """The 'key  value' lines of the text description (notes and outputs in lists)."""
+    parsed = {"note": [], "output": []}
     for line in text.splitlines():
         if line.startswith("class names"):
             break
         key, value = line[:11].strip(), line[12:]
-        if key == "note":
-            parsed["note"].append(value)
+        if key in ("note", "output"):
+            parsed[key].append(value)
         else:
             parsed[key] = value
     return parsed
@@ -91,11 +91,16 @@ def _start_real_process_early(real_process):
 
 def test_json_for_a_mixed_relu_model(models):
     info = inspect_json(models / "mix.keras")
+    # The output is its (unnamed) Dense layer's: dense, dense_1... as Keras counts them.
+    (output,) = info["outputs"]
+    assert output.pop("name").startswith("dense")
     assert info == {
         "model": str(models / "mix.keras"),
         "format": "keras",
         "input_shape": [8, 8, 3],
         "input_dtype": "float32",
+        "outputs": [{"shape": [None, 3], "head": "softmax",
+                     "targets": ["class", "unit", "score"]}],
         "classes": 3,
         "head_bypassed": "softmax",
         "preprocess": "none",
@@ -112,9 +117,11 @@ def test_json_for_a_mixed_relu_model(models):
 
 def test_text_for_a_mixed_relu_model(models):
     text = inspect(models / "mix.keras")
+    name = inspect_json(models / "mix.keras")["outputs"][0]["name"]
     assert fields(text) == {
         "model": f"{models / 'mix.keras'} (keras)",
         "input": "8x8x3 float32 (HxWxC)",
+        "output": [f"{name} (batch, 3), softmax head: class, unit, score function (API)"],
         "classes": "3",
         "head": "softmax bypassed: maps explain the logit",
         "preprocess": "none (default for model files (raw 0-255 pixels))",

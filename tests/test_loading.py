@@ -381,12 +381,29 @@ def expected_map(column_grad):
     return (W @ (np.maximum(column_grad, 0) * active)).reshape(1, 2, 2, 3)
 
 
-def test_two_outputs_need_output_key(signatures):
-    with pytest.raises(ModelLoadError) as caught:
-        load_model(signatures)
-    assert str(caught.value) == (
-        f"{str(signatures)!r} has 2 outputs (embedding, logits): choose one with output_key=KEY"
-    )
+def test_two_outputs_load_as_a_dict_without_output_key(signatures):
+    loaded = load_model(signatures)
+    outputs = loaded(SMALL)
+    assert list(outputs) == loaded.model.output_names == ["embedding", "logits"]
+    hidden = np.maximum(SMALL.reshape(1, 12) @ W, 0)
+    np.testing.assert_allclose(outputs["logits"].numpy(), 2.0 * hidden - 1.0, rtol=1e-5)
+    # output= picks the logits: the same map as loading them alone with output_key.
+    logits = Explainer(loaded, "guided", output="logits")
+    np.testing.assert_allclose(logits(SMALL, 1), expected_map(2.0 * np.eye(3)[1]), rtol=1e-5)
+    # Both outputs' graphs are imported; the embedding's Relu6 is off the logits' path.
+    assert logits.report.guided_activations == {"relu": 1}
+    assert Explainer(loaded, "guided").report.guided_activations == {"relu": 1, "relu6": 1}
+
+
+def test_outputs_that_need_another_input_are_left_out_with_a_note(signatures):
+    loaded = load_model(signatures, signature="two_inputs", input_key="image")
+    assert loaded.model.output_names == ["logits"]
+    assert list(loaded(SMALL)) == ["logits"]
+    assert "output 'masked' left out: it also needs input(s) mask, which guidedbp cannot " \
+           "supply" in loaded.notes
+    with pytest.raises(ModelLoadError, match=r"has no output guidedbp can explain \(output "
+                                             r"'logits' does not depend on input 'mask'"):
+        load_model(signatures, signature="two_inputs", input_key="mask")
 
 
 def test_output_key_chooses_the_output_and_prunes_the_other(signatures):
@@ -478,7 +495,13 @@ def test_frozen_graph_weights_are_replaced_in_a_new_graph(signatures):
 
 
 def test_cli_signature_options(signatures):
-    assert_one_line_error(cli("inspect", signatures), "embedding, logits", "--output-key")
+    # Without --output-key, every output is described (and --model-output picks one).
+    result = cli("inspect", signatures, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [output["name"] for output in json.loads(result.stdout)["outputs"]] == [
+        "embedding", "logits"]
+    assert_one_line_error(cli("inspect", signatures, "--output-key", "probs"),
+                          "embedding, logits", "no output 'probs'")
     result = cli("inspect", signatures, "--signature", "two_inputs", "--input-key", "image",
                  "--output-key", "logits", "--json")
     assert result.exit_code == 0, result.stderr
@@ -771,7 +794,6 @@ def test_errors_and_notes_name_load_model_parameters(signatures, lambda_model, f
     model.save_weights(weights_only)
     messages = {}
     for case, spec, kwargs in [
-        ("output_key", signatures, {}),
         ("input_key", signatures, {"signature": "two_inputs", "output_key": "logits"}),
         ("unsafe_deserialization", lambda_model[1], {}),
         ("weights", weights_only, {}),
@@ -782,7 +804,6 @@ def test_errors_and_notes_name_load_model_parameters(signatures, lambda_model, f
     (messages["preprocess"],) = load_model(paths["keras"]).notes
     (messages["weights='none'"],) = mobilenet[0].notes
     expected = {
-        "output_key": [("output_key", "KEY")],
         "input_key": [("input_key", "KEY")],
         "unsafe_deserialization": [("unsafe_deserialization", "True")],
         "weights": [("weights", "PATH")],

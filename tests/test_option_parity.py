@@ -84,7 +84,8 @@ SHARED = [
 REFUSED = {"classes": (1,), "top_k": 2, "recursive": False, "shard": (0, 2),
            "renders": "panel", "cmap": "gray", "clip": 50.0, "alpha": 0.2,
            "output_size": "model", "tile": 128, "raw": True, "figure": "png", "dpi": 100,
-           "report": False, "skip_existing": True, "fail_fast": True}
+           "report": False, "skip_existing": True, "fail_fast": True,
+           "targets": ("unit:0",), "model_output": 0, "mask_dir": "masks"}
 
 
 def test_every_run_option_is_shared_with_explain_image_or_refused_by_it():
@@ -256,14 +257,13 @@ def test_smoothgrad_memory_does_not_grow_with_the_number_of_copies():
     the mean is the one of all copies drawn at once."""
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 1, (2, 5, 4, 3)).astype(np.float32)
-    targets = np.array([0, 1], np.int32)
     batches = []
 
     def maps_for(copies, fixed):
         batches.append(len(copies))
         return {"square": copies ** 2 * (1 + fixed[:, None, None, None])}
 
-    maps = _averaging.smoothgrad(maps_for, images, targets, samples=50, noise=0.2, seed=4,
+    maps = _averaging.smoothgrad(maps_for, images, samples=50, noise=0.2, seed=4,
                                  chunk=8)["square"]
     assert max(batches) == 8 and sum(batches) == 100
     for index, image in enumerate(images):

@@ -39,6 +39,8 @@ SKIPPED = {
     "/data/": "paths on a cluster's shared volume, run by Ray, Slurm or Kubernetes",
     "guidedbp evaluate demo-silu --shapes 500": "minutes of work (make eval runs it); "
                                                 "tests/test_demo_silu.py evaluates 6 shapes",
+    "guidedbp evaluate demo-seg --shapes 200": "minutes of work (make eval runs it); "
+                                               "tests/test_demo_seg.py evaluates 4 shapes",
 }
 
 #: What the README's snippets take as the reader's own files, made in the folder they run in.

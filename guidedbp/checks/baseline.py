@@ -28,7 +28,7 @@ from guidedbp.io.write import atomic_write_bytes, save_npy
 BASELINE_FILE = "baseline.json"
 FORMAT = 1
 #: Options that must be equal for two runs' maps to be comparable.
-COMPARED_OPTIONS = ("method", "preprocess", "resize", "size", "inputs")
+COMPARED_OPTIONS = ("method", "preprocess", "resize", "size", "inputs", "target")
 
 
 class BaselineError(ValueError, GuidedbpError):

@@ -8,11 +8,12 @@ other methods, so that six checks cost about one explain run and a few traces.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from guidedbp.checks.images import CheckImage
+from guidedbp.checks.targets import BatchTargets, CheckTarget
 
 
 @dataclass
@@ -35,6 +36,8 @@ class CheckSettings:
             resize, size, inputs), compared with a baseline's.
         diff_folder: Where the baseline check writes a diff picture (baseline |
             current | |difference|) of each drifted map; ``None``: none is written.
+        target: What every map explains (:func:`~guidedbp.checks.targets.plan_check_target`);
+            ``None``: each image's top class.
     """
 
     randomization_steps: int = 5
@@ -47,16 +50,30 @@ class CheckSettings:
     baseline: object = None
     run_options: dict = field(default_factory=dict)
     diff_folder: str | None = None
+    target: CheckTarget | None = None
 
 
 @dataclass(frozen=True)
 class Explained:
-    """One image's guided map and the prediction it explains."""
+    """One image's guided map and the prediction it explains.
+
+    Attributes:
+        map: The guided map.
+        target: The class explained (a unit's flat index, a region's class; -1 for a
+            similarity).
+        probability: Its probability (NaN for targets that have none).
+        logit: The score differentiated.
+        pixels: A region target's pixels at the output's resolution, else ``None``.
+        description: How the target is named (``region:circle (1,234 px)``) when the
+            run names one, else ``None``.
+    """
 
     map: np.ndarray
     target: int
     probability: float
     logit: float
+    pixels: int | None = None
+    description: str | None = None
 
 
 class CheckSession:
@@ -74,6 +91,7 @@ class CheckSession:
         self.settings = settings or CheckSettings()
         self._explainers: dict[str, object] = {}
         self._explained: dict[str, Explained] | None = None
+        self._masks: dict[str, np.ndarray] = {}
         self.prediction_errors: dict[str, str] = {}
 
     # -- shared results ----------------------------------------------------------------
@@ -85,8 +103,10 @@ class CheckSession:
         if key not in self._explainers:
             from guidedbp.api import Explainer
 
+            target = self.settings.target
             self._explainers[key] = Explainer(
-                self.loaded, method, batch_size=self.settings.batch_size, guide=guide
+                self.loaded, method, batch_size=self.settings.batch_size, guide=guide,
+                output=None if target is None else target.output,
             )
         return self._explainers[key]
 
@@ -120,17 +140,71 @@ class CheckSession:
     def explained(self) -> dict[str, Explained]:
         """Guided map and prediction of each decoded image the model could take, by key."""
         if self._explained is None:
-            decoded = [image for image in self.images if image.pixels is not None]
+            decoded, target = [], self.settings.target
+            for image in self.images:
+                if image.pixels is None:
+                    continue
+                try:
+                    self._mask(image)
+                except Exception as error:  # as explain_each does: this image fails alone
+                    self.prediction_errors[image.key] = _reason(error)
+                    continue
+                decoded.append(image)
+            if target is None or target.planned is None:
+                wanted = None  # each image's top class
+            elif target.by_class:
+                wanted = [target.planned.index] * len(decoded)
+            else:
+                wanted = self._batch(decoded)
             results, errors = explain_each(
-                self.explainer("guided"), [image.pixels for image in decoded], None
+                self.explainer("guided"), [image.pixels for image in decoded], wanted
             )
             self._explained = {}
             for image, result, error in zip(decoded, results, errors):
                 if error is not None:
                     self.prediction_errors[image.key] = error
-                else:
-                    self._explained[image.key] = result
+                    continue
+                if target is not None:
+                    result = replace(result, description=target.describe(
+                        result.target, result.logit, result.probability, result.pixels))
+                self._explained[image.key] = result
         return self._explained
+
+    def targets_of(self, images: list[CheckImage]):
+        """What the maps of ``images`` explain, for :meth:`maps` and
+        :func:`explain_each`: the class each was explained for, or, for a target
+        other than a class, that target with each image's region fixed."""
+        target = self.settings.target
+        if target is None or target.by_class:
+            return [self.explained[image.key].target for image in images]
+        return self._batch(images)
+
+    def describe(self, key: str) -> str:
+        """How image ``key``'s explained target is named: ``region:circle (1,234 px)``
+        for a run that names its target, else ``class 3 (circle)``."""
+        result = self.explained[key]
+        if result.description is not None:
+            return result.description
+        labels = self.loaded.labels
+        if labels is not None and 0 <= result.target < len(labels):
+            return f"class {result.target} ({labels[result.target]})"
+        return f"class {result.target}"
+
+    def region_mask(self, key: str) -> np.ndarray | None:
+        """Image ``key``'s region (``(H', W')`` bool) for a region target, else ``None``."""
+        return self._masks.get(key)
+
+    def _mask(self, image: CheckImage) -> None:
+        target = self.settings.target
+        if target is not None and image.key not in self._masks:
+            mask = target.region_mask(self.loaded.model, image.pixels)
+            if mask is not None:
+                self._masks[image.key] = mask
+
+    def _batch(self, images: list[CheckImage]) -> BatchTargets:
+        masks = [self._masks.get(image.key) for image in images]
+        return BatchTargets(self.settings.target,
+                            tuple(masks) if masks and masks[0] is not None else None)
 
     @property
     def usable(self) -> list[CheckImage]:
@@ -140,8 +214,9 @@ class CheckSession:
 
     def maps(self, method: str, images: list[CheckImage], targets,
              guide: str | None = None) -> list[np.ndarray]:
-        """``method``'s maps of ``images`` for the given classes, one per image, the
-        guided rules in scope ``guide`` (``None``: their default).
+        """``method``'s maps of ``images`` for the given classes (or
+        :meth:`targets_of`), one per image, the guided rules in scope ``guide``
+        (``None``: their default).
 
         Raises:
             RuntimeError: When the engine fails on an image (it explained them all once).
@@ -161,14 +236,16 @@ def explain_each(explainer, pixels: list[np.ndarray], targets=None) -> tuple[lis
     Args:
         explainer: An :class:`~guidedbp.engine.explainer.Explainer`.
         pixels: ``(H, W, C)`` images in the model's input space.
-        targets: ``None`` (each image's top-1 class) or one class per image.
+        targets: ``None`` (each image's top-1 class), one class per image, or a
+            :class:`~guidedbp.checks.targets.BatchTargets` (one target for them all).
 
     Returns:
         ``(results, errors)``: per image an :class:`Explained` (or ``None``) and the
         error message where the engine could not take it (or ``None``).
     """
     count = len(pixels)
-    classes = None if targets is None else np.asarray(targets, np.int64).reshape(count)
+    classes = targets if targets is None or isinstance(targets, BatchTargets) \
+        else np.asarray(targets, np.int64).reshape(count)
     results: list = [None] * count
     errors: list = [None] * count
     groups: dict[tuple, list[int]] = {}
@@ -181,7 +258,10 @@ def explain_each(explainer, pixels: list[np.ndarray], targets=None) -> tuple[lis
 
 def _explain_group(explainer, pixels, classes, indices, results, errors) -> None:
     batch = np.stack([pixels[i] for i in indices])
-    target = None if classes is None else classes[indices]
+    if isinstance(classes, BatchTargets):
+        target = classes.for_batch(indices)
+    else:
+        target = None if classes is None else classes[indices]
     try:
         with _quiet():
             explanation = explainer.explain(batch, target)
@@ -192,15 +272,21 @@ def _explain_group(explainer, pixels, classes, indices, results, errors) -> None
             for index in indices:
                 _explain_group(explainer, pixels, classes, [index], results, errors)
             return
-        errors[indices[0]] = " ".join(str(error).split())[:300] or type(error).__name__
+        errors[indices[0]] = _reason(error)
         return
+    pixels_of = explanation.region_pixels
     for position, index in enumerate(indices):
         results[index] = Explained(
             map=explanation.maps[position],
             target=int(explanation.targets[position]),
             probability=float(explanation.probabilities[position]),
             logit=float(explanation.logits[position]),
+            pixels=None if pixels_of is None else int(pixels_of[position]),
         )
+
+
+def _reason(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300] or type(error).__name__
 
 
 class _quiet(warnings.catch_warnings):

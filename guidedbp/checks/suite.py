@@ -54,7 +54,9 @@ def check_loads(session: CheckSession) -> CheckResult:
     undecodable = {image.key: image.error for image in session.images if image.pixels is None}
     explained = session.explained
     unpredicted = dict(session.prediction_errors)
-    predictions = {key: {"class": result.target, "probability": round(result.probability, 6)}
+    predictions = {key: {"class": result.target, "probability": _rounded(result.probability),
+                         **({"target": result.description, "value": _rounded(result.logit)}
+                            if result.description is not None else {})}
                    for key, result in explained.items()}
     data = {"images": len(session.images), "predicted": len(explained),
             "undecodable": undecodable, "unpredicted": unpredicted, "predictions": predictions}
@@ -63,7 +65,12 @@ def check_loads(session: CheckSession) -> CheckResult:
         reasons = [f"{key} ({reason})" for key, reason in failed.items()]
         return CheckResult("loads", FAIL, f"{len(failed)} of {len(session.images)} images "
                            f"could not be used: {listed(reasons, 4)}", data)
-    return CheckResult("loads", PASS, f"model loaded; {len(explained)} images predicted", data)
+    detail = f"model loaded; {len(explained)} images predicted"
+    named = [f"{result.description} on {key}" for key, result in explained.items()
+             if result.description is not None]
+    if named:  # the run names its target: say what each map explains
+        detail += f"; target: {listed(named, 4)}"
+    return CheckResult("loads", PASS, detail, data)
 
 
 def check_relu_coverage(session: CheckSession) -> CheckResult:
@@ -110,8 +117,7 @@ def check_guided_differs(session: CheckSession) -> CheckResult:
               if np.all(np.isfinite(session.explained[image.key].map))]
     if not images:
         return CheckResult("guided-differs", SKIP, "no finite guided map to compare (see finite)")
-    targets = [session.explained[image.key].target for image in images]
-    plain = session.maps("vanilla", images, targets)
+    plain = session.maps("vanilla", images, session.targets_of(images))
     differences = {image.key: relative_difference(session.explained[image.key].map, vanilla)
                    for image, vanilla in zip(images, plain)}
     same = [key for key, value in differences.items() if not value > DIFFERS_THRESHOLD]
@@ -161,12 +167,23 @@ def check_self_test(session: CheckSession) -> CheckResult:
     from guidedbp.engine.reference import reference_saliency
 
     ours = engine.map if report.guided_activations == session.report.guided_activations \
-        else session.maps("guided", [image], [engine.target], guide="relu")[0]
-    reference = reference_saliency(session.loaded.model, image.pixels[None], engine.target)[0]
+        else session.maps("guided", [image], session.targets_of([image]), guide="relu")[0]
+    target = session.settings.target
+    if target is None:
+        model, chosen = session.loaded.model, engine.target
+    else:  # the target's score, written independently of the engine's
+        model, chosen = target.reference_model(session.loaded.model,
+                                               session.region_mask(image.key))
+        chosen = engine.target if target.by_class else chosen
+    reference = reference_saliency(model, image.pixels[None], chosen)[0]
     error = relative_difference(ours, reference)
     data = {"image": image.key, "class": engine.target,
             "relative_error": _finite_or_none(error), "tolerance": SELF_TEST_TOLERANCE}
-    where = f"on {image.key}, class {_class_name(session, engine.target)}"
+    if engine.description is not None:
+        data["target"] = engine.description
+        where = f"on {image.key}, target {engine.description}"
+    else:
+        where = f"on {image.key}, class {_class_name(session, engine.target)}"
     if error <= SELF_TEST_TOLERANCE:
         return CheckResult(
             "self-test", PASS,
@@ -188,13 +205,15 @@ def check_randomization(session: CheckSession) -> CheckResult:
     if not images:
         return _no_images("randomization")
     originals = [session.explained[image.key].map for image in images]
-    targets = [session.explained[image.key].target for image in images]
+    targets = session.targets_of(images)  # a region or reference fixed from the original
+    output = None if settings.target is None else settings.target.output
     try:
         steps = cascade(session.loaded.model, settings.randomization_steps, settings.seed)
         layers, correlations, explainer, current = [], [], None, None
         for layer, randomized in steps:
             if randomized is not current:  # a Keras clone is re-drawn in place: one trace
-                explainer = Explainer(randomized, "guided", batch_size=settings.batch_size)
+                explainer = Explainer(randomized, "guided", batch_size=settings.batch_size,
+                                      output=output)
                 current = randomized
             results, errors = explain_each(explainer, [i.pixels for i in images], targets)
             if any(error is not None for error in errors):
@@ -303,9 +322,12 @@ def check_baseline(session: CheckSession) -> CheckResult:
             if settings.diff_folder is not None:
                 target = baseline.images[image.key].target
                 try:
+                    explained = (session.describe(image.key) if settings.target is not None
+                                 and not settings.target.by_class
+                                 else f"class {_class_name(session, target)}")
                     pictures[image.key] = save_diff_picture(
                         settings.diff_folder, image.key, stored, current[image.key],
-                        f"class {_class_name(session, target)}",
+                        explained,
                         f"{image.key}: Spearman {value:.3f} < {minimum:g}")
                 except (ValueError, OSError) as error:  # a NaN map cannot be drawn
                     unpictured.append(f"{image.key} ({error})")
@@ -337,6 +359,11 @@ def check_baseline(session: CheckSession) -> CheckResult:
     if not_in_run:
         detail += f"; {len(not_in_run)} baseline images not in this run"
     return CheckResult("baseline", PASS, detail, data)
+
+
+def _rounded(value: float):
+    """``value`` to 6 decimals; ``None`` for NaN (a target with no probability)."""
+    return round(value, 6) if math.isfinite(value) else None
 
 
 def _finite_or_none(value: float):

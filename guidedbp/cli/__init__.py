@@ -80,7 +80,8 @@ def main() -> None:
 
     MODEL is a .keras or .h5 file, a SavedModel folder, keras:NAME for a
     keras.applications model (keras:ResNet50, keras:MobileNetV2, ...), or demo for
-    the bundled shapes classifier (demo-silu: the same with SiLU activations).
+    the bundled shapes classifier (demo-silu: the same with SiLU activations;
+    demo-seg: a shapes segmentation model, explained by region).
     """
 
 

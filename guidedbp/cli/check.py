@@ -20,6 +20,7 @@ from guidedbp.cli.common import (
     model_options,
     parse_comma_list,
 )
+from guidedbp.cli.targets import complete_target, parse_targets
 from guidedbp.engine.options import MAX_BATCH_SIZE
 
 DEFAULT_MIN_SIMILARITY = 0.9
@@ -27,6 +28,11 @@ DEFAULT_RANDOMIZATION_STEPS = 5
 DEFAULT_GENERATED = 4
 #: Generated images at most (--generated): each is held and explained by every check.
 MAX_GENERATED = 1000
+
+
+def _parse_target(ctx, param, value):
+    """One ``--target`` spec, parsed (``None`` when not given)."""
+    return None if value is None else parse_targets(ctx, param, (value,))[0]
 
 
 def _parse_checks(ctx, param, value):
@@ -93,6 +99,15 @@ Exit codes: 0 every check passed (info and skip do not fail),
 @click.option("--batch-size", type=click.IntRange(1, MAX_BATCH_SIZE), default=16,
               show_default=True,
               help="Images per engine pass.")
+@click.option("--target", "targets", default=None, metavar="SPEC", callback=_parse_target,
+              shell_complete=complete_target,
+              help="Check the maps of this target instead of each image's top class: "
+                   "class:C, unit:I (a regression), region:C (a segmentation map's class C "
+                   "over the pixels the model gives it), similar:IMAGE (an embedding's "
+                   "similarity to IMAGE's). Every check names it.")
+@click.option("--model-output", default=None, metavar="NAME|INDEX",
+              help="The model output to check, for models with several (by name or "
+                   "position; guidedbp inspect lists them).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @click.option("--junit-xml", type=click.Path(dir_okay=False), metavar="PATH",
               help="Also write a JUnit XML report (one testcase per check) to PATH.")
@@ -108,6 +123,8 @@ def check_command(model: str, images: tuple[str, ...], **options) -> None:
       guidedbp check model.keras photos/ --expect expected.csv --junit-xml check.xml
       guidedbp check model.keras photos/ --save-baseline tests/baseline
       guidedbp check model.keras photos/ --baseline tests/baseline
+      guidedbp check unet.keras photos/ --target region:road
+      guidedbp check heads.keras --model-output age --target unit:0
     """
     started = time.perf_counter()
     names = _chosen_checks(options)
@@ -138,6 +155,7 @@ def check_command(model: str, images: tuple[str, ...], **options) -> None:
                     model, [failed_load], time.perf_counter() - started))
             raise
         check_images, inputs = _images(loaded, items, options)
+        target = _plan_target(loaded, check_images, options)
         settings = CheckSettings(
             randomization_steps=options["randomization_steps"],
             max_randomized_similarity=options["max_randomized_similarity"],
@@ -145,12 +163,16 @@ def check_command(model: str, images: tuple[str, ...], **options) -> None:
             batch_size=options["batch_size"], baseline=baseline,
             run_options=_run_options(loaded, check_images, inputs, options),
             diff_folder=_diff_folder(options),
+            target=target,
         )
         session = CheckSession(loaded, check_images, settings)
         try:  # traces once: a model guidedbp cannot explain is a usage error, not a failure
             report = session.report
         except ValueError as error:
             raise UsageFailure(str(error)) from None
+        if expectations and target is not None and not target.by_class:
+            raise click.UsageError(f"--expect lists classes: it cannot go with --target "
+                                   f"{target.planned.spec}")
         if expectations:
             settings.expectations = resolve_expectations(expectations, loaded.labels,
                                                          report.num_classes)
@@ -168,10 +190,15 @@ def check_command(model: str, images: tuple[str, ...], **options) -> None:
     if options["junit_xml"]:
         atomic_write_bytes(options["junit_xml"], junit_xml(model, results, seconds))
     if options["as_json"]:
+        named = {} if target is None else {"target": {
+            "spec": None if target.planned is None else target.planned.spec,
+            "output": target.output}}
         click.echo(to_json(to_document(model, keys, results, seconds, inputs=inputs,
-                                       baseline_saved=saved)))
+                                       baseline_saved=saved, **named)))
     else:
         click.echo(f"guidedbp check {model}: {inputs}")
+        if target is not None:
+            click.echo(f"target: {target.spec}")
         click.echo(format_table(results))
         click.echo(summary_line(results, seconds))
     if saved:
@@ -275,6 +302,23 @@ def _images(loaded, items, options):
     return made, f"{count} generated {height}x{width} images (seed {seed})"
 
 
+def _plan_target(loaded, images, options: dict):
+    """The run's :class:`~guidedbp.checks.targets.CheckTarget` (``None`` without
+    --target and --model-output); one line, exit 2, for one that cannot fit the model."""
+    from guidedbp.checks.targets import plan_check_target
+    from guidedbp.errors import ArgumentError
+
+    if options["targets"] is None and options["model_output"] is None:
+        return None  # each image's top class, as ever
+    decoded = [image.pixels.shape for image in images if image.pixels is not None]
+    image_shape = decoded[0] if decoded else loaded.input_shape
+    try:
+        return plan_check_target(loaded, options["targets"], options["model_output"],
+                                 tuple(image_shape))
+    except ArgumentError as error:
+        raise UsageFailure(as_flags(str(error), click.get_current_context())) from None
+
+
 def _run_options(loaded, images, inputs: str, options: dict) -> dict:
     """What made this run's maps: a baseline is comparable only where these agree."""
     height, width, _ = loaded.input_shape
@@ -287,13 +331,27 @@ def _run_options(loaded, images, inputs: str, options: dict) -> dict:
     else:
         size = None  # each image's own size
     generated = images[0].path is None if images else False
-    return {
+    chosen = {
         "method": "guided",
         "preprocess": loaded.preprocess,
         "resize": options["resize"],
         "size": size,
         "inputs": (f"generated: {len(images)}, seed {options['seed']}" if generated else "files"),
     }
+    target = _target_option(options)
+    if target is not None:  # a class run's baseline stays as it was: no target key
+        chosen["target"] = target
+    return chosen
+
+
+def _target_option(options: dict) -> str | None:
+    """What the maps explain, as a baseline records it: ``None`` for each image's top
+    class; the spec, and the output where one is named (``unit:0 of output 'age'``)."""
+    spec = None if options["targets"] is None else options["targets"].text
+    output = options["model_output"]
+    if output is None:
+        return spec
+    return f"{spec or 'top class'} of output {output!r}"
 
 
 def _save(folder: str, model: str, session) -> str:

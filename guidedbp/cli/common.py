@@ -236,8 +236,8 @@ def model_options(function):
         click.option("--input-key", default=None,
                      help="SavedModel signature input holding the image, where it has several."),
         click.option("--output-key", default=None,
-                     help="SavedModel signature output holding the class scores, where it "
-                          "has several."),
+                     help="SavedModel signature output to load, where it has several; "
+                          "without it every output loads (choose one with --model-output)."),
         click.option("--weights", default="imagenet", show_default=True,
                      metavar="imagenet|none|PATH",
                      help="Weights for keras:NAME models. 'none' is a random network: its maps "

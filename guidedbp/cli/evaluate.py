@@ -115,8 +115,15 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     Classes are the true labels with --shapes, else the model's top-1 predictions.
 
     \b
+    A segmentation model (output (batch, H', W', classes), e.g. demo-seg) is
+    evaluated on --shapes: each map explains its shape's region (the class's
+    logits over the mask), and the energy table gains the share within the
+    region's receptive field; the model's own IoU per class follows.
+
+    \b
     Examples:
       guidedbp evaluate demo --shapes 500 --seed 1000
+      guidedbp evaluate demo-seg --shapes 200 --method guided,vanilla,gradcam
       guidedbp evaluate demo sample_images/shapes --masks sample_images/masks/shapes
       guidedbp evaluate keras:ResNet50 photos --metric deletion,insertion --json
     """
@@ -145,6 +152,10 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     from guidedbp.models.loading import load_model
 
     loaded = load_model(model, **load_options(options))
+    from guidedbp.cli.evaluate_regions import is_segmentation, refuse_for_segmentation
+
+    if is_segmentation(loaded):
+        refuse_for_segmentation(shapes, settings.games, costs)
     if shapes is not None:
         samples = _synthetic(shapes, seed, distractors, explain_distractor)
     else:
@@ -153,7 +164,14 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
         check_figure_targets(plot_curves, samples, settings.games)
     # One forward pass for all methods.
     explainer = Explainer(loaded, methods, batch_size=batch_size, guide=guide)
-    measured = measure(loaded, explainer, samples, settings, options)
+    extra = {}
+    if is_segmentation(loaded):
+        from guidedbp.cli.evaluate_regions import measure_segmentation
+
+        scored, extra = measure_segmentation(loaded, explainer, samples, tolerance, options)
+        measured = Measured(scored, {})
+    else:
+        measured = measure(loaded, explainer, samples, settings, options)
     result = {
         "model": model,
         "data": (f"{shapes} synthetic shapes, seed {seed}"
@@ -166,6 +184,7 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     if settings.masked:
         result["tolerance"] = tolerance
         result["results"] = mask_rows(measured.scored, loaded.labels, settings)
+    result.update(extra)
     if settings.games:
         result["faithfulness"] = faithfulness_record(measured, samples, loaded.labels)
     if costs:
@@ -184,8 +203,9 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
 @dataclass(frozen=True)
 class Sample:
     """One image to score: its picture, its object's mask (None without masks), its true
-    class (or None: the model's top-1), with distractors the other object's mask, and
-    where its figures go below --plot-curves (None: its name)."""
+    class (or None: the model's top-1), with distractors the other object's mask, where
+    its figures go below --plot-curves (None: its name), and with distractors the other
+    object's class."""
 
     name: str
     picture: np.ndarray
@@ -193,6 +213,7 @@ class Sample:
     label: int | None = None
     other_mask: np.ndarray | None = None
     stem: str | None = None
+    other_label: int | None = None
 
 
 @dataclass(frozen=True)
@@ -241,10 +262,12 @@ def _synthetic(count: int, seed: int, distractors: bool, explain_distractor: boo
     scenes = make_scenes(count, seed, distractors=distractors)
     if explain_distractor:
         return [Sample(f"shape{i}", scenes.images[i], scenes.distractor_masks[i],
-                       int(scenes.distractor_labels[i]), scenes.masks[i]) for i in range(count)]
+                       int(scenes.distractor_labels[i]), scenes.masks[i],
+                       other_label=int(scenes.labels[i])) for i in range(count)]
     others = scenes.distractor_masks if distractors else [None] * count
     return [Sample(f"shape{i}", scenes.images[i], scenes.masks[i], int(scenes.labels[i]),
-                   others[i]) for i in range(count)]
+                   others[i], other_label=int(scenes.distractor_labels[i]) if distractors
+                   else None) for i in range(count)]
 
 
 def _from_files(inputs, mask_root: str | None, channels: int):
@@ -381,6 +404,9 @@ def mask_rows(scored: dict, labels, settings: Settings) -> list[dict]:
                 row["pointing_game"] = round(float(np.mean([s.hit for s in chosen])), 4)
             if "energy" in settings.masked:
                 row["energy_inside"] = round(float(np.mean([s.energy for s in chosen])), 4)
+                if getattr(chosen[0], "energy_reach", None) is not None:
+                    row["energy_within_reach"] = round(
+                        float(np.mean([s.energy_reach for s in chosen])), 4)
             if chosen[0].other_hit is not None and "pointing" in settings.masked:
                 row["pointing_game_other"] = round(
                     float(np.mean([s.other_hit for s in chosen])), 4)

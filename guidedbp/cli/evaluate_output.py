@@ -54,8 +54,13 @@ def format_table(result: dict) -> str:
     """The mask metrics (rows: classes then overall) and the games (rows: images then
     the mean), one column per method."""
     lines = [f"model {result['model']} on {result['data']}"]
+    if result.get("target") == "region":
+        lines.append("each map explains its shape's region: the shape class's logits summed "
+                     "over the output pixels of its mask")
     if "results" in result:
         lines += _mask_tables(result)
+    if "segmentation" in result:
+        lines += _segmentation_table(result["segmentation"])
     if "faithfulness" in result:
         lines += _game_tables(result["faithfulness"])
     if "costs" in result:
@@ -76,6 +81,9 @@ def _mask_tables(result: dict) -> list[str]:
     width = max(10, *(len(m) + 2 for m in methods))
     tables = [("pointing_game", f"pointing game (within {result['tolerance']:g} px)"),
               ("energy_inside", "share of map energy inside the mask"),
+              ("energy_within_reach", f"share of map energy within {result.get('reach')} px "
+                                      f"of the mask (the region's receptive field, "
+                                      f"{result.get('receptive_field')} px)"),
               ("pointing_game_other", "pointing game on the OTHER object (lower is "
                                       "more class-discriminative)")]
     lines = []
@@ -89,6 +97,17 @@ def _mask_tables(result: dict) -> list[str]:
             )
             lines.append(f"{name:<12}{count:>6}{values}")
     return lines
+
+
+def _segmentation_table(record: dict) -> list[str]:
+    """The model's own per-pixel labels against the truth, for reference."""
+    ious = record["iou"]
+    width = max(10, *(len(name) + 2 for name in ious))
+    return ["", f"the model's own segmentation ({record['pixels']} output pixels): pixel "
+                f"accuracy {record['pixel_accuracy']:.3f}, mean IoU {record['mean_iou']:.3f}",
+            "IoU " + "".join(f"{name:>{width}}" for name in ious),
+            "    " + "".join(" " * (width - 3) + "  -" if value is None else
+                             f"{value:>{width}.3f}" for value in ious.values())]
 
 
 _NAME_WIDTH = 40  # longer image names keep their end

@@ -30,6 +30,7 @@ from guidedbp.cli.common import (
     parse_comma_list,
     parse_methods,
 )
+from guidedbp.cli.targets import TARGET_HELP, complete_target, parse_targets
 from guidedbp.engine.methods import METHODS, REGISTRY
 from guidedbp.engine.options import BASELINES, MAX_SMOOTH, MAX_STEPS, UPSAMPLING
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, MAX_CLASSES, MAX_DPI, MIN_DPI, RunOptions
@@ -43,6 +44,7 @@ OPTION_GROUPS = [
     ("Methods", ["methods", *dict.fromkeys(["layer", "upsample", "smooth", "noise", "seed",
                                             "steps", "baseline", *described_method_names()])]),
     ("Classes", ["classes", "top_k"]),
+    ("Targets", ["targets", "model_output", "mask_dir"]),
     ("Rendering", ["renders", "output_size", "cmap", "clip", "alpha", "tile"]),
     ("Inputs and model", ["recursive", "size", "resize", "signature", "input_key", "output_key",
                           "weights", "unsafe_deserialization", "custom_objects", "preprocess",
@@ -84,13 +86,19 @@ under its name and the path below it (/data/photos gives OUT/photos/a/cat.jpg.*;
 '.' and '..' add no name), a glob likewise from its folder part before the first
 wildcard. Two INPUTs that would share a name are refused. Hidden files and folders
 (names starting with '.') inside folders are skipped and counted:
-  PATH[.CLASS].METHOD.RENDER.png  one per render (CLASS with --class/--top-k)
+  PATH[.CLASS].METHOD.RENDER.png  one per render (CLASS with --class/--top-k/--target)
   PATH[.CLASS].panel.png          with several methods and --render panel
   PATH[.CLASS].METHOD.npy         with --raw: float32 map at model resolution
   PATH[.CLASS].figure.FORMAT      with --figure pdf|svg|png: all methods, colorbars
   manifest.jsonl                  one JSON object per input
   index.html                      the run as a web page: filter, sort, click through
                                   (manifest-K-of-N.jsonl with --shard K/N)
+CLASS is 281-tabby (index-name) or 281 for a class; for --target, unit-2 (unit-4-7-1),
+region-1-circle (region-1 without class names) or similar-ref.jpg (the reference's
+file name; characters other than letters, digits, '.', '_' and '-' become '-').
+With --target or --model-output, each manifest target also has "target" (spec, kind,
+output, index, name; a region's pixels and mask, a similarity's reference), "value"
+(the score explained) and "description" (the panels' caption).
 One run writes to an OUT at a time; guidedbp never writes through a link or over a
 file it did not write.""")
 @click.argument("model")
@@ -123,6 +131,17 @@ file it did not write.""")
               help="Class to explain, by index or name (repeatable). Default: the top-1 class.")
 @field_option("top_k", "--top-k", type=click.IntRange(1, MAX_CLASSES),
               help="Explain the K most probable classes of each image.")
+@field_option("targets", "--target", multiple=True, metavar="SPEC", callback=parse_targets,
+              shell_complete=complete_target, help=TARGET_HELP)
+@field_option("model_output", "--model-output", metavar="NAME|INDEX",
+              help="The model output to explain, for models with several (by name or "
+                   "position; guidedbp inspect lists them). Default: the only one.")
+@field_option("mask_dir", "--mask-dir", metavar="DIR",
+              type=click.Path(exists=True, file_okay=False),
+              help="With --target region:C: one mask per input, at the input's path below "
+                   "its INPUT folder, any image format (photos/a/cat.jpg from INPUT photos: "
+                   "DIR/a/cat.png); nonzero pixels are the region. Fitted to the model's "
+                   "input as the image is.")
 @field_option("output_size", "--output-size", type=Choice(OUTPUT_SIZES),
               help="Write maps at the image's size or the model's input size.")
 @field_option("raw", "--raw", is_flag=True,
@@ -179,6 +198,8 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
       guidedbp explain model.h5 cat.jpg
       guidedbp explain keras:ResNet50 photos/ -o maps --render panel --top-k 3
       guidedbp explain demo sample_images/shapes --method guided,gradcam --render panel
+      guidedbp explain unet.keras photos/ --target region:road --target region:car
+      guidedbp explain heads.keras photos/ --model-output age --target unit:0
     """
     from guidedbp.io.inputs import InputError
 

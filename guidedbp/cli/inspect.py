@@ -31,7 +31,11 @@ CLASS_ENDS = 5
                    f"summarised: their count, the first and the last {CLASS_ENDS}).")
 @errors_handled
 def inspect_command(model: str, as_json: bool, all_classes: bool, **options) -> None:
-    """Show how guidedbp sees MODEL: input, classes, head, preprocessing, guided ops.
+    """Show how guidedbp sees MODEL: input, outputs, classes, head, preprocessing, guided ops.
+
+    Each output is described by its name, shape and head activation, with the targets
+    that fit it (--target class:C, unit:I, region:C, similar:IMAGE; a score function in
+    the Python API).
 
     Exit codes: 0 success, 2 when the model cannot be loaded.
     """
@@ -73,11 +77,15 @@ def describe(spec: str, options: dict) -> dict:
     if report.num_guided == 0:
         notes.append("no activation to guide: guided backprop equals the plain gradient for "
                      "this model")
-    if loaded.labels is not None and len(loaded.labels) != report.num_classes:
-        notes.append(f"{len(loaded.labels)} labels for {report.num_classes} classes")
     from guidedbp.engine import layer_choices
+    from guidedbp.models.outputs import model_outputs
 
     fed = (height, width) if height is not None and width is not None else size or (None, None)
+    outputs = model_outputs(loaded.model, (*fed, channels))
+    counts = sorted({output.classes for output in outputs if output.classes})
+    if loaded.labels is not None and counts and len(loaded.labels) not in counts:
+        notes.append(f"{len(loaded.labels)} labels for "
+                     f"{' or '.join(map(str, counts))} classes")
     layers = layer_choices(loaded.model, (*fed, channels))
     # Listed for a model with token layers (a vision transformer), 4-D ones beside them.
     cam_layers = {"4-D": layers.maps, "tokens": layers.tokens} if layers.tokens else None
@@ -86,6 +94,7 @@ def describe(spec: str, options: dict) -> dict:
         "format": loaded.format,
         "input_shape": [height, width, channels],
         "input_dtype": loaded.input_dtype,
+        "outputs": [output.as_dict() for output in outputs],
         "classes": report.num_classes,
         "head_bypassed": report.head,
         "preprocess": loaded.preprocess,
@@ -107,14 +116,30 @@ def format_description(info: dict, all_classes: bool = False) -> str:
     def shape(dims):
         return "x".join("?" if d is None else str(d) for d in dims)
 
+    def output_shape(dims):
+        sides = ["batch", *("?" if d is None else str(d) for d in dims[1:])]
+        return f"({', '.join(sides)})"
+
     from guidedbp.engine import format_counts as counts
+    from guidedbp.models.outputs import OutputInfo
 
     head = info["head_bypassed"]
     lines = [
         ("model", f"{info['model']} ({info['format']})"),
         ("input", f"{shape(info['input_shape'])} {info['input_dtype']} (HxWxC)"),
-        ("classes", str(info["classes"])),
-        ("head", f"{head} bypassed: maps explain the logit" if head else "none: output is a logit"),
+    ]
+    for output in info["outputs"]:
+        described = OutputInfo(output["name"], tuple(output["shape"]), output["head"])
+        lines.append(("output", f"{output['name']} {output_shape(output['shape'])}, "
+                                f"{output['head'] or 'no'} head: "
+                                f"{described.describe_targets()}"))
+    if info["classes"]:  # a classifier: what a class target explains
+        lines += [
+            ("classes", str(info["classes"])),
+            ("head", f"{head} bypassed: maps explain the logit" if head
+             else "none: output is a logit"),
+        ]
+    lines += [
         ("preprocess", f"{info['preprocess']} ({info['preprocess_source']})"),
         ("resize", info["resize"]),
         ("guided", f"{counts(info['guided_activations'])} (--guide {info['guide']})"),

@@ -4,7 +4,10 @@ The shapes come with exact object masks, so a saliency map can be scored: does i
 point at the object? :mod:`guidedbp.demo.shapes` draws the images (numpy and Pillow
 only), :mod:`guidedbp.demo.metrics` scores maps against masks (numpy only),
 :mod:`guidedbp.demo.train` trains the bundled model ``guidedbp/demo/data/shapes.keras``
-(and its SiLU twin ``shapes_silu.keras``, the ``demo-silu`` model) and
+(and its SiLU twin ``shapes_silu.keras``, the ``demo-silu`` model),
+:mod:`guidedbp.demo.train_seg` the segmentation model ``shapes_seg.keras`` (``demo-seg``;
+:mod:`guidedbp.demo.segmentation` holds its per-pixel labels and scores, and
+:mod:`guidedbp.demo.receptive` computes its receptive field) and
 :mod:`guidedbp.demo.samples` writes the example pictures in ``sample_images/`` and the
 six shapes the package ships for ``guidedbp demo`` (``data/samples/``).
 

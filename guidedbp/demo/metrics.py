@@ -1,6 +1,6 @@
 """Localisation scores of saliency maps against object masks; numpy only.
 
-Both metrics take a saliency *magnitude*, one non-negative value per pixel, such as
+The metrics take a saliency *magnitude*, one non-negative value per pixel, such as
 ``np.abs(maps).max(axis=-1)`` for engine maps of shape ``(N, H, W, C)``.
 
 >>> import numpy as np
@@ -74,6 +74,62 @@ def energy_inside(saliency_magnitude: np.ndarray, masks: np.ndarray) -> np.ndarr
     total = magnitude.sum(axis=(1, 2))
     inside = np.where(masks, magnitude, 0.0).sum(axis=(1, 2))
     return np.divide(inside, total, out=np.zeros_like(total), where=total > 0)
+
+
+def dilate(masks: np.ndarray, half_width: int) -> np.ndarray:
+    """Bool ``(N, H, W)``: the pixels within Chebyshev distance ``half_width`` of a mask
+    pixel (a square dilation by a ``(2*half_width + 1)``-pixel side, clipped to the image).
+
+    Raises:
+        ValueError: For masks that are not bool ``(N, H, W)`` or a negative half-width.
+
+    >>> mask = np.zeros((1, 5, 5), bool); mask[0, 0, 0] = True
+    >>> dilate(mask, 1)[0].astype(int).tolist()[:3]
+    [[1, 1, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]]
+    """
+    masks = np.asarray(masks)
+    if masks.ndim != 3 or masks.dtype != bool:
+        raise ValueError(f"masks must be bool (N, H, W), got {masks.dtype} {masks.shape}")
+    if isinstance(half_width, bool) or not isinstance(half_width, (int, np.integer)) \
+            or half_width < 0:
+        raise ValueError(f"half_width={half_width!r} must be a non-negative integer")
+    dilated = masks
+    for axis in (1, 2):  # a square is a row segment times a column segment
+        padding = [(0, 0)] * 3
+        padding[axis] = (half_width, half_width)
+        windows = np.lib.stride_tricks.sliding_window_view(
+            np.pad(dilated, padding), 2 * half_width + 1, axis=axis)
+        dilated = windows.any(axis=-1)
+    return dilated
+
+
+def energy_inside_dilated(
+    saliency_magnitude: np.ndarray, masks: np.ndarray, half_width: int
+) -> np.ndarray:
+    """Share of each map's total magnitude within ``half_width`` pixels of the mask:
+    :func:`energy_inside` of the masks under :func:`dilate`.
+
+    With ``half_width`` a model's :func:`guidedbp.demo.receptive.reach`, the dilated
+    mask holds every input pixel that the model's outputs over the mask can depend on:
+    the gradient of a score of those outputs has all its energy there (share 1), and
+    a method that spreads energy farther (a CAM upsampled from a coarse layer, a
+    perturbation window) shows it here.
+
+    Args:
+        saliency_magnitude: Non-negative real ``(N, H, W)``.
+        masks: Bool ``(N, H, W)``.
+        half_width: Non-negative dilation half-width in pixels.
+
+    Returns:
+        Float64 ``(N,)`` in [0, 1]; 0 for an all-zero map.
+
+    >>> magnitude = np.zeros((1, 4, 4)); magnitude[0, 0, 0] = 3.0; magnitude[0, 3, 3] = 1.0
+    >>> mask = np.zeros((1, 4, 4), bool); mask[0, 3, 3] = True
+    >>> [energy_inside_dilated(magnitude, mask, reach).tolist() for reach in (2, 3)]
+    [[0.25], [1.0]]
+    """
+    magnitude, masks = _check(saliency_magnitude, masks)
+    return energy_inside(magnitude, dilate(masks, half_width))
 
 
 def _check(saliency_magnitude, masks) -> tuple[np.ndarray, np.ndarray]:

@@ -96,20 +96,23 @@ class Activation:
         return self.output.op
 
 
-def find(forward_ops: list[tf.Operation], images: tf.Tensor, logits: tf.Tensor,
+def find(forward_ops: list[tf.Operation], images: tf.Tensor, ends,
          exclude: Iterable[tf.Operation] = ()) -> list[Activation]:
-    """Every activation between ``images`` and ``logits`` (see the module docstring), in
-    creation order; ``exclude`` (the bypassed head) is none."""
+    """Every activation between ``images`` and ``ends`` (the logits, or every tensor the
+    targets read; see the module docstring), in creation order; ``exclude`` (the heads
+    bypassed or read through) are none."""
+    ends = list(ends) if isinstance(ends, (list, tuple)) else [ends]
     order = {op.name: index for index, op in enumerate(forward_ops)}
     dependent = _graph.descendants(images.op)
-    live = _graph.ancestors(logits.op)
+    live = set().union(*(_graph.ancestors(end.op) for end in ends))
+    end_names = {end.name for end in ends}
     excluded = {op.name for op in exclude}
     claimed: set[str] = set()
     found = []
     for op in forward_ops:
         if (op.type in CORE_KINDS and op.name in live and op.name in dependent
                 and op.name not in claimed and op.name not in excluded):
-            activation = _grow(op, order, dependent, live, logits.name)
+            activation = _grow(op, order, dependent, live, end_names)
             if activation is not None:
                 claimed.update(member.name for member in activation.ops)
                 found.append(activation)
@@ -125,7 +128,7 @@ def _in_scope(op: tf.Operation, scope: str) -> bool:
 
 
 def _grow(core: tf.Operation, order: dict, dependent: set, live: set,
-          logits_name: str) -> Activation | None:
+          end_names: set[str]) -> Activation | None:
     """The largest region around ``core`` with one input and one output, or None."""
     scope = _scope(core)
     shape = core.inputs[0].shape if core.inputs else None
@@ -162,7 +165,7 @@ def _grow(core: tf.Operation, order: dict, dependent: set, live: set,
     def outputs(region: dict) -> list[tf.Tensor]:
         """The region's tensors that the logits read from outside it (or are the logits)."""
         return [t for op in region.values() for t in op.outputs
-                if t.name == logits_name or any(
+                if t.name in end_names or any(
                     consumer.name not in region and consumer.name in live
                     for consumer in t.consumers())]
 

@@ -20,8 +20,8 @@ MethodMapsFunction = Callable[[np.ndarray, np.ndarray], dict[str, np.ndarray]]
 
 
 def smoothgrad(
-    maps_for: MethodMapsFunction, images: np.ndarray, targets: np.ndarray, samples: int,
-    noise: float, seed: int, chunk: int,
+    maps_for: MethodMapsFunction, images: np.ndarray, samples: int, noise: float, seed: int,
+    chunk: int,
 ) -> dict[str, np.ndarray]:
     """SmoothGrad (Smilkov et al., 2017): the mean map over noisy copies.
 
@@ -30,9 +30,10 @@ def smoothgrad(
     ``numpy.random.default_rng([seed, i])``, so maps do not depend on batching.
 
     Args:
-        maps_for: The base methods, run on a batch with fixed targets: method -> maps.
+        maps_for: The base methods on a batch of copies and the image each copy is of
+            (int ``(B,)`` rows of ``images``), with the target fixed on the clean image:
+            method -> maps.
         images: float32 ``(N, H, W, C)``.
-        targets: int32 ``(N,)`` classes (fixed: the clean image's class).
         samples: Copies per image.
         noise: Relative noise level.
         seed: Seed of the noise.
@@ -51,8 +52,7 @@ def smoothgrad(
 
     if samples > chunk:  # one image at a time, its copies a batch at a time: memory does
         for index, image in enumerate(images):  # not grow with the number of copies
-            keep(index, _chunked_mean(maps_for, image, targets[index], samples, noise, seed,
-                                      index, chunk))
+            keep(index, _chunked_mean(maps_for, image, samples, noise, seed, index, chunk))
         return result
     per_group = chunk // samples
     for start in range(0, len(images), per_group):
@@ -60,13 +60,13 @@ def smoothgrad(
         copies = np.concatenate([_noisy(np.random.default_rng([seed, start + offset]), image,
                                         samples, noise)
                                  for offset, image in enumerate(group)])
-        by_method = maps_for(copies, np.repeat(targets[start : start + per_group], samples))
+        by_method = maps_for(copies, np.repeat(np.arange(start, start + len(group)), samples))
         keep(start, {name: maps.reshape(len(group), samples, *maps.shape[1:])
                      .mean(axis=1, dtype=np.float64) for name, maps in by_method.items()})
     return result
 
 
-def _chunked_mean(maps_for: MethodMapsFunction, image: np.ndarray, target, samples: int,
+def _chunked_mean(maps_for: MethodMapsFunction, image: np.ndarray, samples: int,
                   noise: float, seed: int, index: int, chunk: int) -> dict[str, np.ndarray]:
     """One image's mean maps over ``samples`` noisy copies, made ``chunk`` at a time from
     the image's one noise stream (so the same copies as made all at once)."""
@@ -75,7 +75,7 @@ def _chunked_mean(maps_for: MethodMapsFunction, image: np.ndarray, target, sampl
     for start in range(0, samples, chunk):
         count = min(chunk, samples - start)
         copies = _noisy(rng, image, count, noise)
-        for name, maps in maps_for(copies, np.full(count, target, np.int32)).items():
+        for name, maps in maps_for(copies, np.full(count, index)).items():
             total = maps.sum(axis=0, dtype=np.float64)
             totals[name] = total if name not in totals else totals[name] + total
     return {name: (total / samples)[None] for name, total in totals.items()}
@@ -88,13 +88,14 @@ def _noisy(rng: np.random.Generator, image: np.ndarray, samples: int, noise: flo
 
 
 def integrated_gradients(
-    maps_for: MapsFunction, images: np.ndarray, targets: np.ndarray, baselines: np.ndarray,
-    steps: int, chunk: int,
+    maps_for: MapsFunction, images: np.ndarray, baselines: np.ndarray, steps: int, chunk: int,
 ) -> np.ndarray:
     """Integrated gradients (Sundararajan et al., 2017), midpoint Riemann sum.
 
     ``(x - x0) * mean_k grad(x0 + a_k (x - x0))`` with ``a_k = (k + 1/2) / steps``;
-    the attributions sum to ``score(x) - score(x0)`` as ``steps`` grows.
+    the attributions sum to ``score(x) - score(x0)`` as ``steps`` grows. ``maps_for``
+    takes the path's points and the image each is of (int ``(B,)`` rows of ``images``),
+    with the target fixed on the clean image.
     """
     alphas = ((np.arange(steps) + 0.5) / steps).astype(np.float32)
     result = np.empty(images.shape, np.float32)
@@ -104,7 +105,7 @@ def integrated_gradients(
         for start in range(0, steps, chunk):
             part = alphas[start : start + chunk]
             path = baseline[None] + part[:, None, None, None] * difference[None]
-            grads = maps_for(path.astype(np.float32), np.full(len(part), targets[index], np.int32))
+            grads = maps_for(path.astype(np.float32), np.full(len(part), index))
             total += grads.sum(axis=0, dtype=np.float64)
         result[index] = (difference * (total / steps)).astype(np.float32)
     return result

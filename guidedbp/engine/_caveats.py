@@ -31,10 +31,12 @@ def of_model(methods: Sequence[str], by_rule: dict, max_channels: int | None,
 
 
 def of_images(by_method: dict, count: int, span: Callable[[], float],
-              shared: Sequence[Caveat]) -> tuple[tuple[Caveat, ...], ...]:
-    """Per image: ``shared``, then a :data:`~guidedbp.caveats.NEGLIGIBLE_MAP` caveat for
-    each of its maps that moves the class score by less than
-    :data:`~guidedbp.caveats.NEGLIGIBLE_EFFECT`.
+              shared: Sequence[Caveat], empty: Sequence[str | None] = ()
+              ) -> tuple[tuple[Caveat, ...], ...]:
+    """Per image: ``shared``, an :data:`~guidedbp.caveats.EMPTY_REGION` caveat where
+    ``empty[i]`` names the region target of image ``i`` that has no pixel, then a
+    :data:`~guidedbp.caveats.NEGLIGIBLE_MAP` caveat for each of its maps that moves the
+    class score by less than :data:`~guidedbp.caveats.NEGLIGIBLE_EFFECT`.
 
     The effect is ``sum |map|`` for maps in the score's units (integrated gradients) and
     ``sum |map| * span`` for input gradients (guided, vanilla, deconvnet), ``span`` being
@@ -45,7 +47,7 @@ def of_images(by_method: dict, count: int, span: Callable[[], float],
     per_image = []
     width = None
     for index in range(count):
-        found = []
+        found = [kinds.empty_region(empty[index])] if empty and empty[index] else []
         for name, maps in by_method.items():
             record = registry.method(name)
             if record.relu_rule is None or record.feature_map:

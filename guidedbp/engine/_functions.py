@@ -11,10 +11,11 @@ its graph.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import tensorflow as tf
 
-from guidedbp.engine import _graph, _inputs, _trace
+from guidedbp.engine import _columns, _graph, _inputs, _trace
 
 #: A ``tf.function`` traced from one of the bodies of :mod:`guidedbp.engine._trace`.
 Function = tf.types.experimental.GenericFunction
@@ -34,7 +35,8 @@ class TracedFunctions:
             rule's default; :func:`guidedbp.engine._trace.guide_scopes`).
 
     Attributes:
-        gradient_functions: ``(signature, methods, columns)`` -> the gradient pass.
+        gradient_functions: ``(signature, methods, columns)`` -> the gradient pass
+            (``columns``: a tuple of :class:`~guidedbp.engine._columns.Column`).
         trace_count: How many traces the functions have run, all kinds together.
     """
 
@@ -48,6 +50,7 @@ class TracedFunctions:
         self.guide = guide
         self.gradient_functions: dict[tuple, Function] = {}
         self._predict_functions: dict[tuple, Function] = {}
+        self._score_functions: dict[tuple, Function] = {}
         self._reports: dict[tuple, _graph.Report] = {}
         self.trace_count = 0
 
@@ -66,32 +69,48 @@ class TracedFunctions:
         _inputs.build_if_needed(self.model, key)
         return key
 
-    def report(self, key: tuple, methods: tuple) -> _graph.Report:
+    def report(self, key: tuple, methods: tuple, output=None, columns: tuple | None = None
+               ) -> _graph.Report:
         """The report of signature ``key``, tracing the gradient pass of ``methods`` for
-        it unless a pass of that signature was traced already."""
+        it unless a pass of that signature was traced already: for ``columns``, else for
+        the top class of ``output``, or, where that output is no ``(batch, classes)``, a
+        score reading every unit of it (of every output when ``output`` is ``None``)."""
+        if key not in self._reports and columns is not None:
+            self.gradient(key, methods, columns).get_concrete_function()
         if key not in self._reports:
-            self.gradient(key, methods).get_concrete_function()
+            try:
+                self.gradient(key, methods, (replace(_columns.CLASS, output=output),)
+                              ).get_concrete_function()
+            except _columns.NotAClassifier:
+                self.gradient(key, methods, (_columns.Column("probe", output),)
+                              ).get_concrete_function()
         return self._reports[key]
 
     def newest_report(self) -> _graph.Report | None:
         """The report of the newest signature traced, or ``None`` before any trace."""
         return next(reversed(self._reports.values())) if self._reports else None
 
-    def gradient(self, key: tuple, methods: tuple, columns: int = 1) -> Function:
-        """The gradient pass of ``methods`` for ``columns`` classes per image: float32
-        ``(B, *key)`` images, int32 ``(B, columns)`` targets -> the outputs of
-        :func:`~guidedbp.engine._trace.attribute`."""
+    def gradient(self, key: tuple, methods: tuple, columns: tuple = (_columns.CLASS,)
+                 ) -> Function:
+        """The gradient pass of ``methods`` for K targets per image, ``columns`` their
+        :class:`~guidedbp.engine._columns.Column` (an int K: K classes): float32
+        ``(B, *key)`` images, int32 ``(B, K)`` classes and K data tensors -> the outputs
+        of :func:`~guidedbp.engine._trace.attribute`."""
+        if isinstance(columns, int):
+            columns = (_columns.CLASS,) * columns
         if (key, methods, columns) not in self.gradient_functions:
             signature = [
                 tf.TensorSpec((None, *key), tf.float32, name="images"),
-                tf.TensorSpec((None, columns), tf.int32, name="targets"),
+                tf.TensorSpec((None, len(columns)), tf.int32, name="targets"),
+                tuple(tf.TensorSpec((None, *column.data_shape), tf.float32)
+                      for column in columns),
             ]
 
-            def traced(images, targets):
+            def traced(images, targets, data):
                 self.trace_count += 1
                 outputs, report = _trace.attribute(
-                    self.model, images, targets, methods, self.methods, self.layer_path,
-                    self.upsample, features=self.features, guide=self.guide,
+                    self.model, images, targets, data, columns, methods, self.methods,
+                    self.layer_path, self.upsample, features=self.features, guide=self.guide,
                 )
                 self._reports.setdefault(key, report)
                 return outputs
@@ -102,16 +121,47 @@ class TracedFunctions:
             )
         return self.gradient_functions[(key, methods, columns)]
 
-    def predict(self, key: tuple) -> Function:
+    def predict(self, key: tuple, output=None) -> Function:
         """The forward-only pass of signature ``key``: images -> (scores, probabilities)."""
-        if key not in self._predict_functions:
+        if (key, output) not in self._predict_functions:
 
             def forward(images):
                 self.trace_count += 1
-                return _trace.predict(self.model, images)
+                return _trace.predict(self.model, images, output)
 
-            self._predict_functions[key] = tf.function(
+            self._predict_functions[(key, output)] = tf.function(
                 forward, input_signature=[tf.TensorSpec((None, *key), tf.float32, name="images")],
                 autograph=False,
             )
-        return self._predict_functions[key]
+        return self._predict_functions[(key, output)]
+
+    def scores(self, key: tuple, columns: tuple) -> Function:
+        """The forward-only pass of signature ``key`` scoring ``columns``: images, classes,
+        data -> float32 ``(B, K)`` scores (the perturbation methods')."""
+        if (key, columns) not in self._score_functions:
+
+            def forward(images, targets, data):
+                self.trace_count += 1
+                return _trace.target_scores(self.model, images, targets, data, columns)
+
+            self._score_functions[(key, columns)] = tf.function(forward, input_signature=[
+                tf.TensorSpec((None, *key), tf.float32, name="images"),
+                tf.TensorSpec((None, len(columns)), tf.int32, name="targets"),
+                tuple(tf.TensorSpec((None, *column.data_shape), tf.float32)
+                      for column in columns),
+            ], autograph=False)
+        return self._score_functions[(key, columns)]
+
+    def output(self, key: tuple, output=None) -> Function:
+        """The forward-only pass of signature ``key`` giving the output ``output`` names,
+        flattened per image (a reference's embedding)."""
+        if ("output", key, output) not in self._score_functions:
+
+            def forward(images):
+                self.trace_count += 1
+                return _trace.raw_output(self.model, images, output)
+
+            self._score_functions[("output", key, output)] = tf.function(
+                forward, input_signature=[tf.TensorSpec((None, *key), tf.float32, name="images")],
+                autograph=False)
+        return self._score_functions[("output", key, output)]

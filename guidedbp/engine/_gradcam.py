@@ -199,7 +199,9 @@ def _match_scopes(scopes: list[str], path: list[str]) -> int | None:
 
 def default_feature_map(logits: tf.Tensor, images: tf.Tensor) -> tf.Tensor:
     """The last 4-D tensor before the network pools or flattens to the logits, or a
-    vision transformer's last token layer whose every token reaches the logits.
+    vision transformer's last token layer whose every token reaches the logits. Where
+    the logits are a map themselves (segmentation), the last 4-D tensor before the
+    layer that makes them.
 
     Walks back from the logits along ops that depend on the images, breadth
     first, and returns the first float tensor it meets that is either
@@ -223,6 +225,9 @@ def default_feature_map(logits: tf.Tensor, images: tf.Tensor) -> tf.Tensor:
             (:func:`token_grid`).
     """
     depends = _depends_on(images)
+    # A dense output (segmentation: (N, H', W', C)) is 4-D itself: the feature map is the
+    # last one before the layer that makes it.
+    head_scope = logits.op.name.rsplit("/", 1)[0] + "/" if logits.shape.rank == 4 else None
     # Each tensor comes with whether its tokens mix on the way to the logits, and
     # whether that way passes normalized tokens (past them, 4-D tensors are attention's).
     queue, seen = [(logits, False, False)], set()
@@ -233,7 +238,8 @@ def default_feature_map(logits: tf.Tensor, images: tf.Tensor) -> tf.Tensor:
         seen.add((step[0].name, *step[1:]))
         tensor, mixed, transformer = step
         if (tensor.shape.rank == 4 and tensor.dtype.is_floating and tensor is not images
-                and not transformer):
+                and not transformer
+                and not (head_scope and tensor.op.name.startswith(head_scope))):
             return tensor
         if _is_tokens(tensor) and _enters_normalization(tensor):
             if mixed and token_grid(tensor.shape[1]) is None:

@@ -270,6 +270,8 @@ class Report:
             ReLU family), or ``None`` when no method swaps gradients.
         by_rule: Each swapping rule the methods use (``"guided"``, ``"deconvnet"``) ->
             ``(scope, the activations it guides by kind)``.
+        output_shape: The shape of the output the first trace's target read (its
+            logits behind a bypassed head), ``None`` for the batch.
     """
 
     method: str
@@ -280,6 +282,7 @@ class Report:
     layer: str | None = None
     guide: str | None = None
     by_rule: dict[str, tuple[str, dict[str, int]]] = field(default_factory=dict)
+    output_shape: tuple = ()
 
     @property
     def guided_ops(self) -> dict[str, int]:

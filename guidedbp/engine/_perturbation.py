@@ -22,8 +22,9 @@ import tensorflow as tf
 from guidedbp.engine.options import MAX_OCCLUSION_POSITIONS, MethodOptions
 from guidedbp.errors import ArgumentError
 
-#: float32 ``(B, H, W, C)`` copies -> float32 ``(B, classes)`` class scores (the logits).
-ScoresFunction = Callable[[np.ndarray], np.ndarray]
+#: float32 ``(B, H, W, C)`` copies, int ``(B,)`` the image each copy is of -> float32
+#: ``(B, K)`` the scores of that image's K targets.
+ScoresFunction = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,8 @@ class Probe:
 
     Attributes:
         images: float32 ``(N, H, W, C)`` in the model's input space.
-        targets: int ``(N, K)`` classes to explain, K per image.
-        scores: Class scores of up to ``chunk`` copies at a time.
+        columns: K, the targets explained per image.
+        scores: The K target scores of up to ``chunk`` copies at a time.
         chunk: Copies per forward pass (the explainer's ``batch_size``).
         options: The explainer's :class:`~guidedbp.engine.options.MethodOptions`.
         features: float32 ``(N, h, w, k)`` feature map of the images (for Score-CAM),
@@ -43,7 +44,7 @@ class Probe:
     """
 
     images: np.ndarray
-    targets: np.ndarray
+    columns: int
     scores: ScoresFunction
     chunk: int
     options: MethodOptions
@@ -51,16 +52,16 @@ class Probe:
     fill: np.ndarray | None = None
 
     def score_cam(self) -> np.ndarray:
-        return score_cam(self.images, self.targets, self.features, self.scores, self.chunk,
+        return score_cam(self.images, self.columns, self.features, self.scores, self.chunk,
                          self.options.scorecam.max_channels, self.options.gradcam.upsample)
 
     def occlusion(self) -> np.ndarray:
         occlusion_options = self.options.occlusion
-        return occlusion(self.images, self.targets, self.scores, self.chunk,
+        return occlusion(self.images, self.columns, self.scores, self.chunk,
                          occlusion_options.patch, occlusion_options.stride, self.fill)
 
 
-def score_cam(images: np.ndarray, targets: np.ndarray, features: np.ndarray,
+def score_cam(images: np.ndarray, columns: int, features: np.ndarray,
               scores: ScoresFunction, chunk: int, max_channels: int | None,
               upsample: str) -> np.ndarray:
     """Score-CAM (Wang et al., 2020): feature-map channels weighted by the class scores of
@@ -71,8 +72,8 @@ def score_cam(images: np.ndarray, targets: np.ndarray, features: np.ndarray,
     channel gives an all-zero mask); the image times that mask, ``x * M_k`` in the
     model's input space (so masked-out pixels become the input-space zero), is scored
     by the model. The channel weights are the softmax over the kept channels of the
-    class's logit on the masked images, and the map is ``relu(sum_k w_k A_k)`` at the
-    feature map's resolution, upsampled like Grad-CAM.
+    class's logit (any target's score) on the masked images, and the map is
+    ``relu(sum_k w_k A_k)`` at the feature map's resolution, upsampled like Grad-CAM.
 
     This is pytorch-grad-cam's ``ScoreCAM`` and the paper's Algorithm 1 (whose baseline
     score ``f(X_b)``, the same for every channel, cancels in the softmax).
@@ -88,9 +89,9 @@ def score_cam(images: np.ndarray, targets: np.ndarray, features: np.ndarray,
 
     Args:
         images: float32 ``(N, H, W, C)``.
-        targets: int ``(N, K)``.
+        columns: K, the targets per image.
         features: float32 ``(N, h, w, k)`` feature map of ``images``.
-        scores: Class scores of a batch of copies.
+        scores: Target scores of a batch of copies.
         chunk: Copies per batch.
         max_channels: Channels kept per image; ``None`` or 0: all.
         upsample: ``"bilinear"`` or ``"nearest"``: how the map reaches the input size.
@@ -98,24 +99,26 @@ def score_cam(images: np.ndarray, targets: np.ndarray, features: np.ndarray,
     Returns:
         float32 ``(N, K, H, W, 1)``.
     """
-    count, height, width = images.shape[:3]
+    count, height = images.shape[:2]
     kept = keep_channels(features, max_channels)  # (N, n)
     selected = np.take_along_axis(features, kept[:, None, None, :], axis=3)  # (N, h, w, n)
 
-    def masked_images() -> Iterator[np.ndarray]:
-        for image, channels in zip(images, selected):
-            for mask in _masks(channels, (height, width)):
-                yield image * mask[..., None]
+    size = (height, images.shape[2])
 
-    masked = batched_scores(masked_images(), scores, chunk).reshape(count, kept.shape[1], -1)
-    logits = np.take_along_axis(masked, targets[:, None, :], axis=2).astype(np.float64)
+    def masked_images() -> Iterator[tuple[np.ndarray, int]]:
+        for row, (image, channels) in enumerate(zip(images, selected)):
+            for mask in _masks(channels, size):
+                yield image * mask[..., None], row
+
+    logits = batched_scores(masked_images(), scores, chunk).reshape(
+        count, kept.shape[1], columns).astype(np.float64)
     weights = np.exp(logits - logits.max(axis=1, keepdims=True))  # (N, n, K)
     weights /= weights.sum(axis=1, keepdims=True)
     cams = np.maximum(np.einsum("ihwn,ink->ikhw", selected.astype(np.float64), weights), 0)
     cams = cams.astype(np.float32).reshape(-1, *cams.shape[2:], 1)  # (N * K, h, w, 1)
-    if cams.shape[1:3] != (height, width):
-        cams = tf.image.resize(cams, (height, width), method=upsample).numpy()
-    return cams.reshape(count, targets.shape[1], height, width, 1)
+    if cams.shape[1:3] != size:
+        cams = tf.image.resize(cams, size, method=upsample).numpy()
+    return cams.reshape(count, columns, *size, 1)
 
 
 def keep_channels(features: np.ndarray, max_channels: int | None) -> np.ndarray:
@@ -143,7 +146,7 @@ def _masks(channels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.moveaxis(masks, -1, 0).astype(np.float32)
 
 
-def occlusion(images: np.ndarray, targets: np.ndarray, scores: ScoresFunction, chunk: int,
+def occlusion(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
               patch: int | None, stride: int | None, fill: np.ndarray) -> np.ndarray:
     """Occlusion (Zeiler & Fergus, 2014): the drop in the class score when a patch hides
     each region.
@@ -158,8 +161,8 @@ def occlusion(images: np.ndarray, targets: np.ndarray, scores: ScoresFunction, c
 
     Args:
         images: float32 ``(N, H, W, C)``.
-        targets: int ``(N, K)``.
-        scores: Class scores of a batch of copies.
+        columns: K, the targets per image.
+        scores: Target scores of a batch of copies.
         chunk: Copies per batch.
         patch: Patch side in pixels; ``None``: a quarter of the shorter side.
         stride: Step in pixels; ``None``: two thirds of the patch, rounded up.
@@ -171,24 +174,24 @@ def occlusion(images: np.ndarray, targets: np.ndarray, scores: ScoresFunction, c
     Raises:
         ArgumentError: The patch is larger than the images, or the stride than the patch.
     """
-    count, height, width = images.shape[:3]
-    patch, stride = occlusion_geometry(height, width, patch, stride)
+    count, height, side = images.shape[:3]
+    patch, stride = occlusion_geometry(height, side, patch, stride)
     corners = [(top, left) for top in _starts(height, patch, stride)
-               for left in _starts(width, patch, stride)]
+               for left in _starts(side, patch, stride)]
 
-    def copies() -> Iterator[np.ndarray]:
-        for image in images:
-            yield image
+    def copies() -> Iterator[tuple[np.ndarray, int]]:
+        for row, image in enumerate(images):
+            yield image, row
             for top, left in corners:
                 occluded = image.copy()
                 occluded[top : top + patch, left : left + patch] = fill
-                yield occluded
+                yield occluded, row
 
-    logits = batched_scores(copies(), scores, chunk).reshape(count, 1 + len(corners), -1)
-    logits = np.take_along_axis(logits, targets[:, None, :], axis=2).astype(np.float64)
+    logits = batched_scores(copies(), scores, chunk).reshape(
+        count, 1 + len(corners), columns).astype(np.float64)
     drops = logits[:, :1] - logits[:, 1:]  # (N, positions, K)
-    total = np.zeros((count, targets.shape[1], height, width), np.float64)
-    covered = np.zeros((height, width), np.float64)
+    total = np.zeros((count, columns, height, side), np.float64)
+    covered = np.zeros((height, side), np.float64)
     for position, (top, left) in enumerate(corners):
         total[:, :, top : top + patch, left : left + patch] += drops[:, position, :, None, None]
         covered[top : top + patch, left : left + patch] += 1
@@ -232,16 +235,18 @@ def _starts(size: int, patch: int, stride: int) -> range:
     return range(0, steps * stride + 1, stride)
 
 
-def batched_scores(copies: Iterable[np.ndarray], scores: ScoresFunction, chunk: int
-                   ) -> np.ndarray:
-    """The class scores of every ``(H, W, C)`` copy, ``chunk`` copies per forward pass:
-    ``(copies, classes)``. Copies are made as the batches fill, so memory holds one batch."""
-    results, batch = [], []
-    for copy in copies:
+def batched_scores(copies: Iterable[tuple[np.ndarray, int]], scores: ScoresFunction,
+                   chunk: int) -> np.ndarray:
+    """The target scores of every ``(H, W, C)`` copy (with the image it is of), ``chunk``
+    copies per forward pass: ``(copies, K)``. Copies are made as the batches fill, so
+    memory holds one batch."""
+    results, batch, rows = [], [], []
+    for copy, row in copies:
         batch.append(copy)
+        rows.append(row)
         if len(batch) == chunk:
-            results.append(np.asarray(scores(np.stack(batch))))
-            batch = []
+            results.append(np.asarray(scores(np.stack(batch), np.asarray(rows))))
+            batch, rows = [], []
     if batch:
-        results.append(np.asarray(scores(np.stack(batch))))
+        results.append(np.asarray(scores(np.stack(batch), np.asarray(rows))))
     return np.concatenate(results)

@@ -11,8 +11,10 @@
   along a path from a baseline (:mod:`guidedbp.engine._averaging`), many traced passes
   per image, one class at a time.
 
-Every runner answers ``maps(names, key, images, targets, traced)`` with method ->
-float32 ``(N, K, ...)`` maps. :class:`MethodRunners` groups an explainer's methods by
+Every runner answers ``maps(names, key, images, columns, traced)`` with method ->
+float32 ``(N, K, ...)`` maps, ``columns`` the K targets per image
+(:class:`~guidedbp.engine._columns.Columns`, fixed by the traced pass: classes of ranks
+resolved, regions found). :class:`MethodRunners` groups an explainer's methods by
 the runner their records name and asks each runner for its group, in the order of
 :data:`~guidedbp.engine.methods.RUNNERS`. SmoothGrad is not a runner: it averages
 every runner's maps over noisy copies (:func:`~guidedbp.engine._averaging.smoothgrad`).
@@ -21,12 +23,13 @@ every runner's maps over noisy copies (:func:`~guidedbp.engine._averaging.smooth
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from guidedbp.engine import _averaging, _perturbation
 from guidedbp.engine import methods as registry
+from guidedbp.engine._columns import Columns
 from guidedbp.engine._functions import TracedFunctions
 from guidedbp.engine.options import MethodOptions
 
@@ -39,19 +42,23 @@ PixelValues = Callable[[object, int], np.ndarray]
 
 @dataclass(frozen=True)
 class Pass:
-    """What one traced pass over the images gave, K classes per image.
+    """What one traced pass over the images gave, K targets per image.
 
     Attributes:
         maps: method -> float32 ``(N, K, ...)`` maps of the pass's gradient methods.
-        targets: int32 ``(N, K)`` the classes, ranks resolved.
+        columns: The K targets fixed: ranks resolved to classes, regions found.
+        targets: int32 ``(N, K)`` the classes (a unit's index, a region's class; -1 for
+            the other kinds), ranks resolved.
         logits: float32 ``(N, K)`` their scores.
-        probabilities: float32 ``(N, K)`` their probabilities.
+        probabilities: float32 ``(N, K)`` their probabilities (NaN for units,
+            similarities and score functions).
         class_probabilities: float32 ``(N, classes)`` every class's probability.
         features: float32 ``(N, h, w, k)`` feature map (a token layer's grid) of the
             images (for Score-CAM), or ``None``.
     """
 
     maps: dict[str, np.ndarray]
+    columns: Columns
     targets: np.ndarray
     logits: np.ndarray
     probabilities: np.ndarray
@@ -79,10 +86,10 @@ class Runner:
         """Refuse at once options of ``names`` that cannot work on ``(H, W, C)`` images."""
 
     def maps(self, names: tuple[str, ...], key: tuple, images: np.ndarray,
-             targets: np.ndarray, traced: Pass | None) -> dict[str, np.ndarray]:
-        """method -> float32 ``(N, K, ...)`` maps of ``names`` for the int ``(N, K)``
-        ``targets`` (ranks resolved), ``traced`` the traced pass of those classes
-        (``None`` for a runner that does not share columns)."""
+             columns: Columns, traced: Pass | None) -> dict[str, np.ndarray]:
+        """method -> float32 ``(N, K, ...)`` maps of ``names`` for the K fixed targets
+        ``columns``, ``traced`` the traced pass of those targets (``None`` for a runner
+        that does not share columns)."""
         raise NotImplementedError
 
 
@@ -99,28 +106,33 @@ class GradientRunner(Runner):
         return names
 
     def run(self, methods: tuple[str, ...], key: tuple, images: np.ndarray,
-            targets: np.ndarray, features: bool = False) -> Pass:
-        """Gradient ``methods`` for K classes per image (``targets`` ``(N, K)``, ``-r`` the
+            columns: Columns, features: bool = False) -> Pass:
+        """Gradient ``methods`` for K targets per image (``columns``; a class ``-r`` the
         r-th most probable), from one forward pass per batch, with ``features`` the
         feature map of the images."""
         batch_size = self.options.batch_size
-        self.check_memory(images.shape[1:], targets.shape[1], methods,
+        self.check_memory(images.shape[1:], columns.width, methods,
                           batch=min(len(images), batch_size))
-        function = self.functions.gradient(key, methods, targets.shape[1])
+        function = self.functions.gradient(key, methods, columns.specs)
         parts = []
         for start in range(0, len(images), batch_size):
-            parts.append(function(images[start : start + batch_size],
-                                  targets[start : start + batch_size]))
+            part = columns.slice(start, start + batch_size)
+            parts.append(function(images[start : start + batch_size], part.classes, part.data))
         joined = {name: np.concatenate([p[name].numpy() for p in parts])
                   for name in ("targets", "logits", "probabilities", "class_probabilities")}
+        resolved = tuple(np.concatenate([p["resolved"][column].numpy() for p in parts])
+                         for column in range(columns.width))
+        fixed = replace(columns, classes=joined["targets"].astype(np.int32), data=resolved,
+                        specs=tuple(replace(spec, auto=False) for spec in columns.specs))
         return Pass(
             maps={m: np.concatenate([p["maps"][m].numpy() for p in parts]) for m in methods},
+            columns=fixed,
             features=(np.concatenate([p["features"].numpy() for p in parts]) if features
                       else None),
             **joined,
         )
 
-    def maps(self, names, key, images, targets, traced):
+    def maps(self, names, key, images, columns, traced):
         return {name: traced.maps[name] for name in names}
 
 
@@ -139,11 +151,25 @@ class PerturbationRunner(Runner):
             occlusion = self.options.occlusion
             _perturbation.occlusion_geometry(*image_shape[:2], occlusion.patch, occlusion.stride)
 
-    def maps(self, names, key, images, targets, traced):
-        predict = self.functions.predict(key)
+    def maps(self, names, key, images, columns, traced):
+        outputs = {spec.output for spec in columns.specs}
+        if columns.all_classes and len(outputs) == 1:
+            # Classes: every class's score from the forward pass explain's predict()
+            # shares, whatever the number of classes per image.
+            predict = self.functions.predict(key, outputs.pop())
+
+            def scores(batch: np.ndarray, rows: np.ndarray) -> np.ndarray:
+                return np.take_along_axis(predict(batch)[0].numpy(), columns.classes[rows],
+                                          axis=1)
+        else:
+            function = self.functions.scores(key, columns.specs)
+
+            def scores(batch: np.ndarray, rows: np.ndarray) -> np.ndarray:
+                part = columns.take(rows)
+                return function(batch, part.classes, part.data).numpy()
+
         probe = _perturbation.Probe(
-            images, np.asarray(targets).astype(np.int32),
-            lambda batch: predict(batch)[0].numpy(), self.options.batch_size, self.options,
+            images, columns.width, scores, self.options.batch_size, self.options,
             features=None if traced is None else traced.features,
             fill=self.pixel_values(self.options.occlusion.fill, images.shape[-1]),
         )
@@ -165,21 +191,24 @@ class PathIntegratedRunner(Runner):
     def traced_methods(self, names: tuple[str, ...]) -> tuple[str, ...]:
         return names[:1]
 
-    def maps(self, names, key, images, targets, traced):
+    def maps(self, names, key, images, columns, traced):
         ig = self.options.integrated_gradients
         black, white = self.pixel_values([0.0, 255.0], images.shape[-1])
         baselines = _averaging.make_baselines(images, ig.baseline, black, white)
         result = {}
         for name in names:
+            per_column = []
+            for column in range(columns.width):
+                target = columns.column(column)
 
-            def base_maps(batch: np.ndarray, fixed: np.ndarray, name: str = name) -> np.ndarray:
-                return self.gradient.run((name,), key, batch, fixed[:, None]).maps[name][:, 0]
+                def base_maps(batch: np.ndarray, rows: np.ndarray, name: str = name,
+                              target: Columns = target) -> np.ndarray:
+                    return self.gradient.run((name,), key, batch, target.take(rows)
+                                             ).maps[name][:, 0]
 
-            result[name] = np.stack([
-                _averaging.integrated_gradients(base_maps, images, targets[:, column],
-                                                baselines, ig.steps, self.options.batch_size)
-                for column in range(targets.shape[1])
-            ], axis=1)
+                per_column.append(_averaging.integrated_gradients(
+                    base_maps, images, baselines, ig.steps, self.options.batch_size))
+            result[name] = np.stack(per_column, axis=1)
         return result
 
 
@@ -225,45 +254,45 @@ class MethodRunners:
         for kind, names in by_runner(methods).items():
             self.runners[kind].check(names, tuple(image_shape))
 
-    def resolve(self, key: tuple, images: np.ndarray, targets: np.ndarray) -> Pass:
-        """The clean traced pass for int ``(N, K)`` ``targets`` (``-r``: the r-th most
-        probable): the classes resolved, with their scores."""
-        return self.gradient.run(self.clean, key, images, targets)
+    def resolve(self, key: tuple, images: np.ndarray, columns: Columns) -> Pass:
+        """The clean traced pass for ``columns`` (a class ``-r``: the r-th most probable):
+        the targets fixed, with their scores."""
+        return self.gradient.run(self.clean, key, images, columns)
 
-    def columns(self, key: tuple, images: np.ndarray, targets: np.ndarray
+    def columns(self, key: tuple, images: np.ndarray, columns: Columns
                 ) -> tuple[Pass, dict[str, np.ndarray]]:
-        """The traced pass for ``(N, K)`` ``targets`` and the ``(N, K, ...)`` maps of the
-        runners that explain K classes at once, from it."""
-        traced = self.gradient.run(self.clean, key, images, targets,
+        """The traced pass for the K targets ``columns`` and the ``(N, K, ...)`` maps of
+        the runners that explain K targets at once, from it."""
+        traced = self.gradient.run(self.clean, key, images, columns,
                                    features=self.functions.features)
         if traced.features is not None:
             self.feature_channels[key] = int(traced.features.shape[-1])
         maps = {}
         for kind, names in self.groups.items():
             if self.runners[kind].shares_columns:
-                maps.update(self.runners[kind].maps(names, key, images, traced.targets, traced))
+                maps.update(self.runners[kind].maps(names, key, images, traced.columns, traced))
         return traced, maps
 
-    def per_class(self, key: tuple, images: np.ndarray, targets: np.ndarray
+    def per_class(self, key: tuple, images: np.ndarray, column: Columns
                   ) -> dict[str, np.ndarray]:
-        """The ``(N, ...)`` maps of the runners that explain one class at a time, for the
-        ``(N,)`` ``targets`` (ranks resolved)."""
+        """The ``(N, ...)`` maps of the runners that explain one target at a time, for the
+        one fixed target ``column``."""
         maps = {}
         for kind, names in self.groups.items():
             if not self.runners[kind].shares_columns:
-                found = self.runners[kind].maps(names, key, images, targets[:, None], None)
+                found = self.runners[kind].maps(names, key, images, column, None)
                 maps.update({name: columns[:, 0] for name, columns in found.items()})
         return maps
 
-    def fixed_maps(self, key: tuple, images: np.ndarray, targets: np.ndarray
+    def fixed_maps(self, key: tuple, images: np.ndarray, column: Columns
                    ) -> dict[str, np.ndarray]:
-        """Every method's ``(N, ...)`` maps for the fixed ``(N,)`` ``targets``: what
+        """Every method's ``(N, ...)`` maps for the one fixed target ``column``: what
         SmoothGrad averages."""
         maps = {}
         if any(runner.shares_columns for runner in self.runners.values()):
-            _, shared = self.columns(key, images, targets[:, None])
+            _, shared = self.columns(key, images, column)
             maps = {name: columns[:, 0] for name, columns in shared.items()}
-        return {**maps, **self.per_class(key, images, targets)}
+        return {**maps, **self.per_class(key, images, column)}
 
 
 def hands_out_features(methods: Sequence[str]) -> bool:

@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
-from guidedbp.engine import _activations, _gradcam, _graph, _tokens
+from guidedbp.engine import _activations, _columns, _gradcam, _graph, _tokens
 from guidedbp.engine.methods import RELU_RULES, method
-from guidedbp.errors import ArgumentError
 
 #: Each swapping rule's scope when the explainer names none (``guide=None``): the
 #: generalised guided rule localises on SiLU/GELU networks as on ReLU ones, the
@@ -65,25 +64,45 @@ class _Parts:
     cam: _Cams
 
 
-def predict(model, images):
+def predict(model, images, output=None):
     """Every class's float32 score (the logits the maps explain) and probability,
     ``(N, max(classes, 2))`` each: one forward pass, no gradient override."""
-    output = _single_output(model(images, training=False))
-    logits, head, _ = _graph.find_logits(output)
-    _check_logits(logits, output)
-    return _graph.class_scores(logits, output, head)
+    raw = model(images, training=False)
+    selected = _columns.select(model, raw, output)
+    selected = _columns._one_tensor(model, raw, selected, _columns.CLASS, "class scores")
+    logits, head, _ = _graph.find_logits(selected)
+    _check_logits(logits, selected)
+    return _graph.class_scores(logits, selected, head)
 
 
-def attribute(model, images, targets, methods: tuple[str, ...], report_methods: tuple[str, ...],
-              layer_path: list[str] | None, upsample: str, features: bool = False,
-              guide: str | None = None):
+def target_scores(model, images, classes, data, columns):
+    """The K columns' float32 scores ``(N, K)`` (classes resolved as given): one forward
+    pass, no gradient override (the perturbation methods')."""
+    raw = model(images, training=False)
+    return _columns.score(model, raw, columns, classes, data).scores
+
+
+def raw_output(model, images, output=None):
+    """The output ``output`` names, float32, flattened per image: ``(N, size)``."""
+    raw = model(images, training=False)
+    selected = _columns.select(model, raw, output)
+    selected = _columns._one_tensor(model, raw, selected, _columns.CLASS, "an embedding")
+    return tf.reshape(tf.cast(selected, tf.float32), [tf.shape(selected)[0], -1])
+
+
+def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
+              report_methods: tuple[str, ...], layer_path: list[str] | None, upsample: str,
+              features: bool = False, guide: str | None = None):
     """Trace ``model`` on ``images`` and compute ``methods``' maps from one forward pass.
 
     Args:
         model: The traceable callable.
         images: float32 ``(N, H, W, C)`` placeholder.
-        targets: int32 ``(N, K)``: K classes per image, each explained from the same
-            forward pass; ``-r`` means the image's r-th most probable class.
+        classes: int32 ``(N, K)``: a class column's class (``-r`` means the image's r-th
+            most probable class).
+        data: K float32 placeholders, each column's data (:class:`._columns.Columns`).
+        columns: The K :class:`~guidedbp.engine._columns.Column` targets, each explained
+            from the same forward pass.
         methods: The gradient methods to compute (no perturbation method).
         report_methods: The methods the report speaks for (the explainer's).
         layer_path: The feature-map layer (enclosing model names, then its own), or None.
@@ -94,8 +113,9 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
 
     Returns:
         ``(outputs, report)``: outputs is a dict with ``maps`` (method -> float32
-        ``(N, K, ...)`` maps), ``targets``, ``logits``, ``probabilities`` (each
-        ``(N, K)``: the targets'), ``class_probabilities`` ``(N, classes)`` and, with
+        ``(N, K, ...)`` maps), ``targets``, ``logits`` (the scores), ``probabilities``
+        (each ``(N, K)``), ``class_probabilities`` ``(N, classes)``, ``resolved`` (K
+        tensors: what each column resolved, see :class:`._columns.Scored`) and, with
         ``features``, ``features`` (float32 ``(N, h, w, k)``, a token layer's grid);
         report a :class:`~guidedbp.engine._graph.Report`.
     """
@@ -106,18 +126,17 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
     graph = tf.compat.v1.get_default_graph()
     override = {op_type: _graph.GUIDED_GRADIENT for op_type in _graph.RELU_OPS} if swapped else {}
     with graph.gradient_override_map(override):
-        output = _single_output(model(images, training=False))
+        raw = model(images, training=False)
     forward_ops = graph.get_operations()
 
-    logits, head, head_op = _graph.find_logits(output)
-    _check_logits(logits, output)
+    scored = _columns.score(model, raw, columns, classes, data)
     relus = _graph.relu_ops(forward_ops)
     excluded = _graph.signed_compositions(relus)
     excluded_names = {op.name for op in excluded}
     _graph.set_gradient(excluded, None)  # PReLU parts: plain in the relu scope, always
     scopes = guide_scopes(guide)
     plan = _activations.Rules(
-        _activations.find(forward_ops, images, logits, [head_op] if head_op is not None else []),
+        _activations.find(forward_ops, images, scored.ends, scored.heads),
         [op for op in relus if op.name not in excluded_names], scopes)
     in_functions, plain_in_functions = _graph.function_census(_graph.function_ops(forward_ops))
     report_rules = [record.relu_rule for record in map(method, report_methods)]
@@ -132,31 +151,24 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
     if needs_cam or features:
         feature_map = (_gradcam.feature_map_by_name(forward_ops, layer_path, model)
                        if layer_path
-                       else _gradcam.default_feature_map(logits, images))
-    scores, probabilities = _graph.class_scores(logits, output, head)
+                       else _gradcam.default_feature_map(scored.base, images))
     report = _graph.Report(
         method=",".join(report_methods),
         guided_activations=guided_counts,
         plain_activations=plain,
-        head=head,
-        num_classes=int(scores.shape[-1]),
+        head=scored.head,
+        num_classes=scored.num_classes,
         layer=None if feature_map is None else feature_map.op.name.rsplit("/", 1)[0],
         guide=scopes[main_rule] if main_rule else None,
         by_rule=by_rule,
+        output_shape=scored.output_shape,
     )
 
-    # Negative targets name ranks: -1 the top class, -2 the second, ... (ties: lower index
-    # first), so top-k classes need no forward pass of their own.
-    ranked = tf.argsort(scores, axis=-1, direction="DESCENDING", stable=True)
-    ranks = tf.minimum(-targets - 1, tf.shape(scores)[-1] - 1)
-    chosen = tf.where(targets < 0, tf.gather(ranked, tf.maximum(ranks, 0), batch_dims=1),
-                      targets)  # (N, K)
-    target_scores = tf.gather(scores, chosen, batch_dims=1)
-    columns = targets.shape[1]
-    per_column = []  # one class per image at a time: its own backward passes
+    target_scores = scored.scores  # (N, K)
+    per_column = []  # one target per image at a time: its own backward passes
     calls = rules if not needs_cam or "plain" in rules else ["plain", *rules]
     try:
-        for column in range(columns):
+        for column in range(len(columns)):
             score = tf.reduce_sum(target_scores[:, column])
             input_gradients, feature_gradient = {}, None
             for rule in calls:
@@ -183,24 +195,19 @@ def attribute(model, images, targets, methods: tuple[str, ...], report_methods: 
             for record in records}
     outputs = {
         "maps": maps,  # (N, K, H, W, C)
-        "targets": chosen,
+        "targets": scored.targets,
         "logits": target_scores,
-        "probabilities": tf.gather(probabilities, chosen, batch_dims=1),
-        "class_probabilities": probabilities,
+        "probabilities": scored.probabilities,
+        "class_probabilities": scored.class_probabilities,
+        "resolved": tuple(scored.resolved),
     }
     if features:
         outputs["features"] = tf.cast(_tokens.as_grid(feature_map), tf.float32)  # tokens: grid
     return outputs, report
 
 
-def _single_output(output):
-    if isinstance(output, (list, tuple, dict)):
-        raise ArgumentError("the model has several outputs; guidedbp explains one")
-    return output
-
-
 def _check_logits(logits, output) -> None:
     if logits.shape.rank != 2:
-        raise ArgumentError(
-            f"the model's output has shape {output.shape}; guidedbp expects (batch, classes)"
-        )
+        raise _columns.NotAClassifier(
+            f"the model's output has shape {tuple(output.shape)}; class scores need "
+            "(batch, classes)")

@@ -35,15 +35,19 @@ import numpy as np
 from guidedbp.caveats import Caveat
 from guidedbp.engine import _activations, _averaging, _caveats, _gradcam, _graph, _inputs
 from guidedbp.engine import methods as registry
+from guidedbp.engine._columns import Column, Columns, columns_of
 from guidedbp.engine._functions import TracedFunctions
 from guidedbp.engine._runners import MethodRunners, Pass, hands_out_features
 from guidedbp.engine.explanation import Explanation, NoReluWarning
 from guidedbp.engine.options import UPSAMPLING, MethodOptions
+from guidedbp.engine.targets import OutputName, Target, as_target
 from guidedbp.errors import ArgumentError
 
 __all__ = ["Explainer", "Explanation", "NoReluWarning", "UPSAMPLING"]
 
-Target = _inputs.Target
+#: What to explain: a class (``None``: each image's top-1; an int; one per image), a
+#: :class:`~guidedbp.engine.targets.Target`, or a score function of the output.
+TargetLike = _inputs.Target | Target | Callable
 
 
 class Explainer:
@@ -80,10 +84,16 @@ class Explainer:
     deconvnet (:mod:`guidedbp.engine._activations`). ``guide="relu"`` keeps the papers'
     scope, the ReLU family alone (deconvnet's default).
 
+    Beyond classes, ``target=`` takes any :mod:`~guidedbp.engine.targets` target (one
+    output unit, a segmentation region, a similarity to a reference, a score function of
+    the output), on models with any outputs; ``output=`` picks the head of a model with
+    several.
+
     Args:
-        model: A traceable callable ``model(images, training=False) -> (N, classes)``
-            taking ``(N, H, W, C)`` images: a ``keras.Model``, or any object with that
-            call (and optionally Keras' ``inputs`` and ``layers``).
+        model: A traceable callable ``model(images, training=False)`` taking ``(N, H, W,
+            C)`` images: a ``keras.Model``, or any object with that call (and optionally
+            Keras' ``inputs`` and ``layers``). Its output may be ``(N, classes)``, any
+            tensor, or a list or dict of them.
         method: A method name of :data:`guidedbp.METHODS`, a comma list, or a
             sequence of names.
         batch_size: Overrides ``options.batch_size``.
@@ -97,6 +107,8 @@ class Explainer:
         caveats: :class:`~guidedbp.caveats.Caveat` items that hold for every map of
             this model (random weights, unscaled input), put first in each image's
             :attr:`Explanation.caveats`; the engine adds those it finds itself.
+        output: The output every target reads where the model has several (its name,
+            or its index), unless a target names its own.
 
     Raises:
         ValueError: For an unknown method or a bad argument.
@@ -121,9 +133,14 @@ class Explainer:
         options: MethodOptions | None = None,
         pixel_to_input: Callable[[np.ndarray], np.ndarray] | None = None,
         caveats: Sequence[Caveat] = (),
+        output: OutputName = None,
         **fields,
     ):
         self.methods = registry.as_methods(method)
+        if output is not None and (isinstance(output, bool)
+                                   or not isinstance(output, (str, int, np.integer))):
+            raise ArgumentError(f"output={output!r} must be an output's name or index")
+        self.output = output if output is None or isinstance(output, str) else int(output)
         if not all(isinstance(caveat, Caveat) for caveat in caveats):
             raise ArgumentError("caveats must be guidedbp.caveats.Caveat items")
         self.caveats: tuple[Caveat, ...] = tuple(caveats)
@@ -164,6 +181,11 @@ class Explainer:
         return ",".join(self.methods)
 
     @property
+    def image_shape(self) -> tuple | None:
+        """The ``(H, W, C)`` the model declares (free sides ``None``), or ``None``."""
+        return _inputs.declared_image_shape(self.model)
+
+    @property
     def batch_size(self) -> int:
         return self.options.batch_size
 
@@ -180,36 +202,65 @@ class Explainer:
 
     # -- public API -------------------------------------------------------------------
 
-    def __call__(self, images, target: Target = None) -> np.ndarray:
+    def __call__(self, images, target: TargetLike = None) -> np.ndarray:
         """Saliency maps of the first method, float32, shaped like ``images`` (1 channel
         for the class activation maps and occlusion).
 
         Args:
             images: float ``(N, H, W, C)`` in the model's input space.
             target: ``None`` for each image's top-1 class, an int for one class for all
-                images, or a sequence of one class per image.
+                images, a sequence of one class per image, a
+                :class:`~guidedbp.engine.targets.Target`, or a score function
+                ``output -> (N,)``.
         """
         return self.explain(images, target).maps
 
-    def explain(self, images, target: Target = None) -> Explanation:
-        """Every method's maps, with the classes they explain and their scores."""
+    def explain(self, images, target: TargetLike = None) -> Explanation:
+        """Every method's maps, with the target they explain and its scores."""
         images = _inputs.as_images(images)
-        targets = _inputs.as_targets(target, len(images))
         key = self._traced.signature(images.shape[1:])
-        report = self._report_for(key)
-        _inputs.check_range(targets, report.num_classes)
+        return self._explain_one(key, images, self._columns_of(key, images, [target]))
+
+    def _explain_one(self, key: tuple, images: np.ndarray, columns: Columns) -> Explanation:
+        """The maps of the one target ``columns``."""
+        self._check_columns(key, columns)
         smooth = self.options.smoothgrad
         if smooth.active:
-            clean = self._explanations(self._runs.resolve(key, images, targets[:, None]), {})[0]
+            traced = self._runs.resolve(key, images, columns)
+            clean = self._explanations(traced, {})[0]
+            fixed = traced.columns
             maps = _averaging.smoothgrad(
-                partial(self._runs.fixed_maps, key), images, clean.targets,
-                smooth.smooth, smooth.noise, smooth.seed, self.batch_size,
+                lambda copies, rows: self._runs.fixed_maps(key, copies, fixed.take(rows)),
+                images, smooth.smooth, smooth.noise, smooth.seed, self.batch_size,
             )
         else:
-            clean = self._columns(key, images, targets[:, None])[0]
-            maps = {**clean.by_method, **self._runs.per_class(key, images, clean.targets)}
+            traced, shared = self._runs.columns(key, images, columns)
+            clean = self._explanations(traced, shared)[0]
+            maps = {**clean.by_method, **self._runs.per_class(key, images, traced.columns)}
         return self._with_caveats(key, images, replace(
             clean, by_method={m: maps[m] for m in self.methods}))
+
+    def explain_targets(self, images, targets: Sequence[TargetLike]) -> list[Explanation]:
+        """Several targets for every image, in that order, from one forward pass: one
+        :class:`Explanation` per target (classes, units, regions, similarities, score
+        functions, mixed as needed).
+
+        >>> import numpy as np, keras
+        >>> from guidedbp.engine.targets import Unit
+        >>> model = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Flatten(),
+        ...                           keras.layers.Dense(3)])
+        >>> first, second = Explainer(model, "vanilla").explain_targets(
+        ...     np.ones((2, 4, 4, 1)), [Unit(0), Unit(2)])
+        >>> first.maps.shape, first.target.label, second.target.label
+        ((2, 4, 4, 1), 'unit:0', 'unit:2')
+        """
+        images = _inputs.as_images(images)
+        key = self._traced.signature(images.shape[1:])
+        if isinstance(targets, (str, Target)) or not isinstance(targets, Sequence):
+            raise ArgumentError("targets must be a sequence of targets")
+        columns = self._columns_of(key, images, list(targets))
+        return [self._with_caveats(key, images, explanation)
+                for explanation in self._explain_columns(key, images, columns)]
 
     def explain_top_k(self, images, k: int) -> list[Explanation]:
         """Each image's ``k`` most probable classes (fewer if the model has fewer), most
@@ -223,10 +274,11 @@ class Explainer:
             raise ArgumentError(f"k={k!r} must be a positive integer")
         images = _inputs.as_images(images)
         key = self._traced.signature(images.shape[1:])
-        k = min(int(k), self._report_for(key).num_classes)
+        k = min(int(k), self._num_classes(key, self.output))
         ranks = np.tile(-np.arange(1, k + 1, dtype=np.int32), (len(images), 1))
         return [self._with_caveats(key, images, explanation)
-                for explanation in self._explain_columns(key, images, ranks)]
+                for explanation in self._explain_columns(
+                    key, images, Columns.of_classes(ranks, self.output))]
 
     def explain_classes(self, images, classes: Sequence[int]) -> list[Explanation]:
         """The same ``classes`` for every image, in that order, from one forward pass:
@@ -239,7 +291,8 @@ class Explainer:
         if not columns:
             raise ArgumentError("classes is empty: expected at least one class")
         return [self._with_caveats(key, images, explanation)
-                for explanation in self._explain_columns(key, images, np.stack(columns, axis=1))]
+                for explanation in self._explain_columns(
+                    key, images, Columns.of_classes(np.stack(columns, axis=1), self.output))]
 
     def predict(self, images) -> tuple[np.ndarray, np.ndarray]:
         """Every class's score and probability, forward only.
@@ -263,7 +316,7 @@ class Explainer:
         ((2, 3), (2, 3))
         """
         images = _inputs.as_images(images)
-        function = self._traced.predict(self._traced.signature(images.shape[1:]))
+        function = self._traced.predict(self._traced.signature(images.shape[1:]), self.output)
         parts = [function(images[start : start + self.batch_size])
                  for start in range(0, len(images), self.batch_size)]
         return (np.concatenate([scores.numpy() for scores, _ in parts]),
@@ -311,32 +364,77 @@ class Explainer:
 
     # -- dispatching to the runners ---------------------------------------------------
 
-    def _columns(self, key: tuple, images: np.ndarray, targets: np.ndarray
-                 ) -> list[Explanation]:
-        """The maps of the runners that explain K classes per image at once (``targets``
-        ``(N, K)``, ``-r`` the r-th most probable), from one traced pass: one Explanation
-        per column, without the per-class runners' maps."""
-        return self._explanations(*self._runs.columns(key, images, targets))
+    def _columns_of(self, key: tuple, images: np.ndarray, targets: list) -> Columns:
+        """The columns of ``targets`` (see :data:`TargetLike`) for ``images``."""
+        if all(as_target(target) is None for target in targets):
+            classes = np.stack([_inputs.as_targets(target, len(images)) for target in targets],
+                               axis=1)
+            return Columns.of_classes(classes, self.output)
+        objects = []
+        for target in targets:
+            found = as_target(target)
+            if found is None:  # a class among other targets: one class for every image
+                if isinstance(target, bool) or not isinstance(target, (int, np.integer)):
+                    raise ArgumentError(
+                        f"target {target!r}: among other targets, a class is an int or Class(c)")
+                from guidedbp.engine.targets import Class
 
-    def _explain_columns(self, key: tuple, images: np.ndarray, targets: np.ndarray
+                found = Class(int(target))
+            objects.append(found)
+        return columns_of(objects, self.output, len(images), partial(self._embedding, key))
+
+    def _embedding(self, key: tuple, image: np.ndarray, output: OutputName) -> np.ndarray:
+        """A reference image's output, flattened: ``(size,)``."""
+        image = _inputs.as_images(np.asarray(image)[None])
+        if self._traced.signature(image.shape[1:]) != key:
+            _inputs.check_shape(image.shape[1:], key)
+        return self._traced.output(key, output)(image).numpy()[0]
+
+    def _check_columns(self, key: tuple, columns: Columns) -> None:
+        """Trace the report (with these targets, if it is the first trace), then check
+        the class columns' classes against their outputs."""
+        self._report_for(key, columns)
+        outputs = {spec.output for spec in columns.specs if spec.kind == "class"}
+        for output in outputs:
+            wanted = [i for i, spec in enumerate(columns.specs)
+                      if spec.kind == "class" and spec.output == output]
+            count = (self._classes_in(key, columns.specs) if len(outputs) == 1
+                     else self._num_classes(key, output))
+            _inputs.check_range(columns.classes[:, wanted], count)
+
+    def _classes_in(self, key: tuple, specs: tuple) -> int:
+        """How many classes the first class target of ``specs`` chooses from, read off
+        the traced pass (traced anyway to explain them)."""
+        function = self._traced.gradient(key, self._runs.clean, specs)
+        return int(function.get_concrete_function().structured_outputs[
+            "class_probabilities"].shape[-1])
+
+    def _num_classes(self, key: tuple, output: OutputName) -> int:
+        """How many classes ``output`` scores (two for a single logit)."""
+        return self._classes_in(key, (Column("class", output),))
+
+    def _explain_columns(self, key: tuple, images: np.ndarray, columns: Columns
                          ) -> list[Explanation]:
-        report = self._report_for(key)
-        _inputs.check_range(targets, report.num_classes)
+        self._check_columns(key, columns)
         if not self.options.smoothgrad.active and self._runs.shares_columns:
-            return self._columns(key, images, targets)
-        # Averaged methods run their many passes per class anyway: resolve the ranks
-        # from one clean pass, then explain class by class.
-        if np.any(targets < 0):
-            targets = self._runs.resolve(key, images, targets).targets.astype(np.int32)
-        return [self.explain(images, targets[:, column]) for column in range(targets.shape[1])]
+            return self._explanations(*self._runs.columns(key, images, columns))
+        # Averaged methods run their many passes per target anyway: fix the targets
+        # (ranks, regions) from one clean pass, then explain target by target.
+        fixed = self._runs.resolve(key, images, columns).columns
+        return [self._explain_one(key, images, fixed.column(column))
+                for column in range(fixed.width)]
 
     def _explanations(self, traced: Pass, maps: dict) -> list[Explanation]:
-        """One Explanation per class column of ``traced``, with ``maps`` (method ->
+        """One Explanation per target column of ``traced``, with ``maps`` (method ->
         ``(N, K, ...)``) in the explainer's order."""
+        columns = traced.columns
         return [
             Explanation({m: maps[m][:, column] for m in self.methods if m in maps},
                         traced.targets[:, column], traced.logits[:, column],
-                        traced.probabilities[:, column], traced.class_probabilities)
+                        traced.probabilities[:, column], traced.class_probabilities,
+                        target=columns.targets[column] if columns.targets else None,
+                        region_pixels=(columns.data[column].sum(axis=(1, 2)).astype(np.int64)
+                                       if columns.specs[column].kind == "region" else None))
             for column in range(traced.targets.shape[1])
         ]
 
@@ -355,13 +453,19 @@ class Explainer:
             black, white = _inputs.black_white(images.shape[-1], self.pixel_to_input)
             return float(np.max(np.abs(white.astype(np.float64) - black)))
 
+        empty = ()
+        if explanation.region_pixels is not None:
+            label = explanation.target.label if explanation.target is not None else "region"
+            empty = [label if pixels == 0 else None for pixels in explanation.region_pixels]
         return replace(explanation, caveats=_caveats.of_images(
-            explanation.by_method, len(images), span, shared))
+            explanation.by_method, len(images), span, shared, empty))
 
-    def _report_for(self, key: tuple) -> _graph.Report:
-        """The report of signature ``key``, tracing the clean pass once for it; warns once
-        per signature when guided or deconvnet backprop would equal the plain gradient."""
-        report = self._traced.report(key, self._runs.clean)
+    def _report_for(self, key: tuple, columns: Columns | None = None) -> _graph.Report:
+        """The report of signature ``key``, tracing the clean pass once for it (for
+        ``columns``' targets where given); warns once per signature when guided or
+        deconvnet backprop would equal the plain gradient."""
+        report = self._traced.report(key, self._runs.clean, self.output,
+                                     None if columns is None else columns.specs)
         if key not in self._warned:
             self._warned.add(key)
             plain = [m for m in self.methods if registry.method(m).relu_rule in report.by_rule

@@ -22,16 +22,21 @@ class NoReluWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Explanation:
-    """Maps and the classes they explain.
+    """Maps and the target they explain.
 
     Attributes:
         by_method: method -> float32 ``(N, H, W, C)`` attributions of each image's
-            target logit (``(N, H, W, 1)`` for the class activation maps and
+            target score (``(N, H, W, 1)`` for the class activation maps and
             occlusion), in the explainer's order.
-        targets: int ``(N,)`` class each map explains.
-        logits: float32 ``(N,)`` the target's logit (the score that was differentiated).
-        probabilities: float32 ``(N,)`` the target's probability under the model's head
-            (softmax of the logits when the model ends in logits).
+        targets: int ``(N,)`` class each map explains (a :class:`~.targets.Unit`'s flat
+            index, a :class:`~.targets.Region`'s class; -1 for similarities and score
+            functions).
+        logits: float32 ``(N,)`` the target's score (the score that was differentiated:
+            a class's logit, a unit's value, a region's summed logits, a similarity).
+        probabilities: float32 ``(N,)`` the target class's probability under the
+            model's head (softmax of the logits when the model ends in logits; a
+            region's mean probability of its class); NaN for units, similarities and
+            score functions.
         class_probabilities: float32 ``(N, classes)`` every class's probability, for
             ranking (top-k).
         caveats: Per image, the :class:`~guidedbp.caveats.Caveat` items that make its
@@ -47,10 +52,17 @@ class Explanation:
     probabilities: np.ndarray
     class_probabilities: np.ndarray
     caveats: tuple[tuple[Caveat, ...], ...] = ()
+    target: object = None
+    region_pixels: np.ndarray | None = None
 
     def caveats_of(self, index: int) -> tuple[Caveat, ...]:
         """The caveats of image ``index`` (empty when there are none)."""
         return self.caveats[index] if self.caveats else ()
+
+    @property
+    def scores(self) -> np.ndarray:
+        """float32 ``(N,)`` the score each map explains (:attr:`logits`)."""
+        return self.logits
 
     @property
     def maps(self) -> np.ndarray:

@@ -10,10 +10,14 @@ A Content-Security-Policy allows only the page's own script and style (by hash) 
 images from the page's folder, so the page makes no request beyond its thumbnails.
 
 Rows are shown 100 to a page, thumbnails load lazily, and the view (status, class,
-caveat, sort, name filter, page) lives in the URL's hash, so a view can be shared or
-reloaded: ``index.html#status=error``, ``#class=3&sort=score-desc&page=2&q=cat``,
-``#caveat=untrained-weights``. A record's ``caveats`` (what makes its maps less
-meaningful) show as badges with their sentences on its row.
+target, caveat, sort, name filter, page) lives in the URL's hash, so a view can be
+shared or reloaded: ``index.html#status=error``, ``#class=3&sort=score-desc&page=2&q=cat``,
+``#caveat=untrained-weights``, ``#target=region:circle``. A record's ``caveats`` (what
+makes its maps less meaningful) show as badges with their sentences on its row.
+
+A run that named its targets (``--target``, ``--model-output``) records each one's
+``target`` and ``description``: the page shows the description (``region:circle (1,234
+px)``, ``unit:2 = 0.73``) where a class run shows the class, and filters by target.
 
 Each row's outputs wrap as a grid of thumbnails grouped by method, so any number of
 methods and renders fits the window. Only PNG outputs are links; an SVG figure is shown
@@ -121,6 +125,22 @@ def _targets(record: dict) -> list[dict]:
     return [record] if _class(record.get("class")) is not None else []
 
 
+#: The target kinds whose ``class`` is a class of the model (the class filter lists them);
+#: a unit's flat index or a similarity has none.
+_CLASS_KINDS = (None, "class", "region")
+
+
+def _target_info(target: dict) -> list | None:
+    """``[spec, description, kind]`` of a target entry of a run that named its targets
+    (it has ``target`` or ``description``), else ``None`` (a class run's entry)."""
+    named, description = target.get("target"), _text(target.get("description"))
+    if not isinstance(named, dict) and description is None:
+        return None
+    named = named if isinstance(named, dict) else {}
+    spec = _text(named.get("spec"))
+    return [spec or description, description or spec, _text(named.get("kind"))]
+
+
 def _caveats(record: dict) -> list[list]:
     """A record's caveats as ``[code, sentence, method or None]``; a record written before
     caveats existed has none, and entries that are not objects are left out."""
@@ -148,10 +168,14 @@ def report_data(records: list[dict], source: str = "manifest.jsonl") -> dict:
     Returns:
         ``{"columns": [...], "records": [[input, status, error, [[class, label, score,
         [href per column or None]], ...], [[code, sentence, method or None], ...]], ...],
-        "classes": [[class, label], ...], "summary": {...}}``. Columns are the output
-        names (``METHOD.RENDER``, ``panel``) in the order they first appear; hrefs are
-        relative URLs below OUT. The last list is the record's ``caveats`` (none for a
-        record without them); the summary counts the records with each caveat code.
+        "classes": [[class, label], ...], "targets": [[spec, records], ...],
+        "summary": {...}}``. Columns are the output names (``METHOD.RENDER``, ``panel``)
+        in the order they first appear; hrefs are relative URLs below OUT. The last list
+        is the record's ``caveats`` (none for a record without them); the summary counts
+        the records with each caveat code. A target of a run that named its targets has
+        a fifth item, ``[spec, description, kind]``, and its spec is counted in
+        ``targets`` (records per spec, in order of appearance; empty for class runs);
+        its class is ``None`` unless it is a class or region target.
 
     >>> data = report_data([{"input": "a b#.png", "status": "ok", "error": None,
     ...     "method": "guided", "targets": [{"class": 3, "label": "circle", "score": 0.5,
@@ -162,7 +186,7 @@ def report_data(records: list[dict], source: str = "manifest.jsonl") -> dict:
     ['a b#.png', 'ok', None, [[3, 'circle', 0.5, ['a%20b%23.png.guided.color.png']]], []]
     """
     columns: dict[str, int] = {}
-    compact, labels, methods = [], {}, {}
+    compact, labels, methods, specs = [], {}, {}, {}
     counts, caveat_counts = dict.fromkeys(STATUSES, 0), {}
     for record in records:
         record_methods = _methods(record)
@@ -177,9 +201,15 @@ def report_data(records: list[dict], source: str = "manifest.jsonl") -> dict:
                 column = columns.setdefault(_column(str(key), record_methods), len(columns))
                 hrefs[column] = _href(path)
             number, label = _class(target.get("class")), _text(target.get("label"))
+            info = _target_info(target)
+            if info is not None and info[2] not in _CLASS_KINDS:
+                number = None  # a unit's index is no class
             if number is not None and (label is not None or number not in labels):
                 labels[number] = labels.get(number) or label
-            targets.append([number, label, _number(target.get("score")), hrefs])
+            targets.append([number, label, _number(target.get("score")), hrefs,
+                            *([info] if info is not None else [])])
+        for spec in dict.fromkeys(t[4][0] for t in targets if len(t) > 4 and t[4][0]):
+            specs[spec] = specs.get(spec, 0) + 1
         record_caveats = _caveats(record)
         for code in dict.fromkeys(caveat[0] for caveat in record_caveats):
             caveat_counts[code] = caveat_counts.get(code, 0) + 1
@@ -191,6 +221,7 @@ def report_data(records: list[dict], source: str = "manifest.jsonl") -> dict:
         "columns": list(columns),
         "records": compact,
         "classes": [[number, labels[number]] for number in sorted(labels)],
+        "targets": [[spec, count] for spec, count in specs.items()],
         "summary": {"inputs": len(compact), "statuses": counts, "methods": list(methods),
                     "classes": len(labels), "source": source,
                     "caveats": [[code, caveat_counts[code]] for code in sorted(caveat_counts)]},

@@ -9,7 +9,7 @@ graph (:meth:`FrozenGraph.with_weights`); a graph is never changed once built.
 from __future__ import annotations
 
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -30,33 +30,47 @@ class FrozenGraph:
         graph_def: The ``GraphDef``; lifted constants are ``Placeholder`` nodes in it.
             Treat it as read-only: graphs made by :meth:`with_weights` share it.
         input_name: The image tensor's name in ``graph_def`` (``"x:0"``).
-        output_name: The scores tensor's name in ``graph_def``.
+        output_name: The output tensor's name in ``graph_def``; or, for a graph that
+            returns several outputs, ``{output name: tensor name}``: calling it then
+            returns a dict of tensors by output name, in that order.
+        output_names: The outputs' names (the signature's output keys), or ``None``
+            where they are not known.
         inputs: ``[tf.TensorSpec]`` of the image input (batch dimension free).
+        outputs: ``[tf.TensorSpec]`` of each output, in order (empty where not known),
+            as a Keras model's ``outputs`` give their shapes.
         name: A display name.
     """
 
     #: Constants with more elements than this are lifted out of the GraphDef.
     LIFT_ELEMENTS = 1024
 
-    def __init__(self, graph_def, input_name: str, output_name: str, input_spec, name: str):
+    def __init__(self, graph_def, input_name: str, output_name: str | Mapping[str, str],
+                 input_spec, name: str, output_names: Sequence[str] | None = None,
+                 output_specs: Sequence = ()):
         graph_def, weights = _lift_constants(graph_def, self.LIFT_ELEMENTS)
-        self._set(graph_def, weights, input_name, output_name, input_spec, name)
+        if isinstance(output_name, Mapping):
+            output_name, output_names = dict(output_name), list(output_name)
+        self._set(graph_def, weights, input_name, output_name, input_spec, name,
+                  None if output_names is None else list(output_names), list(output_specs))
 
-    def _set(self, graph_def, weights: dict, input_name, output_name, input_spec, name) -> None:
+    def _set(self, graph_def, weights: dict, input_name, output_name, input_spec, name,
+             output_names, output_specs: list) -> None:
         self.graph_def = graph_def
         self._weights = weights
         self.input_name = input_name
         self.output_name = output_name
+        self.output_names = output_names  # what the engine's output= names them by
         self.inputs = [input_spec]  # what the engine reads the image shape from
+        self.outputs = output_specs
         self.name = name
         self._eager_call = None
 
     def _derived(self, graph_def, weights: dict) -> FrozenGraph:
-        """A new graph with this one's input, output and name: nothing mutable shared
+        """A new graph with this one's input, outputs and name: nothing mutable shared
         but ``graph_def``, which no graph changes."""
         graph = object.__new__(type(self))
         graph._set(graph_def, weights, self.input_name, self.output_name, self.inputs[0],
-                   self.name)
+                   self.name, self.output_names, self.outputs)
         return graph
 
     @property
@@ -141,13 +155,15 @@ class FrozenGraph:
         images = tf.cast(images, self.inputs[0].dtype)
         graph = tf.compat.v1.get_default_graph()
         weights = {name: graph.capture(value) for name, value in self._weights.items()}
-        (output,) = tf.graph_util.import_graph_def(
+        several = isinstance(self.output_name, dict)
+        wanted = list(self.output_name.values()) if several else [self.output_name]
+        outputs = tf.graph_util.import_graph_def(
             _with_gradient_overrides(self.graph_def, graph._gradient_override_map),
             input_map={self.input_name: images, **weights},
-            return_elements=[self.output_name],
+            return_elements=wanted,
             name="savedmodel",
         )
-        return output
+        return dict(zip(self.output_name, outputs)) if several else outputs[0]
 
 
 def _with_gradient_overrides(graph_def, override: Mapping[str, str]):
@@ -215,7 +231,7 @@ def constant_to_placeholder(node) -> np.ndarray:
     return value
 
 
-def prune_graph_def(graph_def, output_name: str):
+def prune_graph_def(graph_def, output_name: str | Iterable[str]):
     """``graph_def`` cut down to the nodes ``output_name`` depends on, in their order.
 
     A signature's other outputs (an embedding beside the logits) would otherwise be
@@ -224,7 +240,8 @@ def prune_graph_def(graph_def, output_name: str):
 
     Args:
         graph_def: A ``GraphDef``; it is not changed.
-        output_name: The name of the node (not tensor) to keep with its inputs.
+        output_name: The name of the node (not tensor) to keep with its inputs, or
+            several such names.
 
     Returns:
         A new ``GraphDef`` with the same versions and function library.
@@ -235,7 +252,8 @@ def prune_graph_def(graph_def, output_name: str):
         node.name: [name.lstrip("^").split(":")[0] for name in node.input]
         for node in graph_def.node
     }
-    needed, pending = set(), [output_name]
+    needed = set()
+    pending = [output_name] if isinstance(output_name, str) else list(output_name)
     while pending:
         name = pending.pop()
         if name not in needed:

@@ -47,9 +47,11 @@ class LoadedModel:
     """A model ready for the engine, with what the CLI needs to feed and label it.
 
     Attributes:
-        model: A callable ``model(images, training=False) -> (N, classes)`` that the
-            engine traces: a ``keras.Model`` or a
-            :class:`~guidedbp.models.frozen.FrozenGraph`.
+        model: A callable ``model(images, training=False)`` that the engine traces: a
+            ``keras.Model`` or a :class:`~guidedbp.models.frozen.FrozenGraph`. Its output
+            is any tensor (class scores, a regression, a map, an embedding) or a list
+            or dict of them (:func:`~guidedbp.models.outputs.model_outputs` describes
+            them).
         source: The spec it was loaded from.
         format: ``"keras"``, ``"h5"``, ``"savedmodel"``, ``"keras-application"``,
             ``"demo"`` or ``"in-memory"``.
@@ -157,7 +159,7 @@ class LoadedModel:
         return self.input_shape[2] if self.input_shape[2] in (1, 3) else 3
 
     def __call__(self, images, training: bool = False):
-        """The model's scores for ``images``: ``model(images, training=training)``."""
+        """The model's output for ``images``: ``model(images, training=training)``."""
         return self.model(images, training=training)
 
 

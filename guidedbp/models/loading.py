@@ -29,6 +29,7 @@ from guidedbp.models.savedmodel import is_saved_model, load_saved_model
 
 __all__ = [
     "DEFAULT_FILE_PREPROCESS",
+    "DEMO_SEG_SPEC",
     "DEMO_SILU_SPEC",
     "DEMO_SPEC",
     "DEMO_SPECS",
@@ -49,9 +50,14 @@ DEMO_SPEC = "demo"
 #: and training with SiLU in place of ReLU in its convs (``--activation silu``).
 DEMO_SILU_SPEC = "demo-silu"
 
+#: The model spec of the bundled shapes segmentation model: ``(batch, 24, 24, 7)``
+#: probabilities of background and the six shapes per 4x4-pixel cell
+#: (``python -m guidedbp.demo.train_seg``); explain it with a ``Region`` target.
+DEMO_SEG_SPEC = "demo-seg"
+
 #: Each bundled model's spec and the stem of its files in ``guidedbp/demo/data/``
 #: (``STEM.keras`` and ``STEM_labels.txt``).
-DEMO_SPECS = {DEMO_SPEC: "shapes", DEMO_SILU_SPEC: "shapes_silu"}
+DEMO_SPECS = {DEMO_SPEC: "shapes", DEMO_SILU_SPEC: "shapes_silu", DEMO_SEG_SPEC: "shapes_seg"}
 
 
 def load_model(
@@ -71,10 +77,12 @@ def load_model(
     Args:
         spec: ``model.keras``, ``model.h5``, a SavedModel directory, ``keras:NAME``
             (any ``keras.applications`` model, case-insensitive), ``"demo"`` (or
-            ``"demo-silu"``), a ``keras.Model`` or a :class:`LoadedModel`.
+            ``"demo-silu"``, ``"demo-seg"``), a ``keras.Model`` or a :class:`LoadedModel`.
         signature: SavedModel signature to explain.
         input_key: The signature input holding the image, where it has several.
-        output_key: The signature output holding the class scores, where it has several.
+        output_key: The SavedModel signature output to explain; without it, every
+            output of a signature with several (the model returns a dict by name, and
+            the explainer's ``output=`` picks one).
         weights: For ``keras:`` models: ``"imagenet"``, ``"none"`` or a weights file
             (any other model warns that it is ignored).
         unsafe_deserialization: Allow ``Lambda`` layers (their code runs on load) and
@@ -93,7 +101,8 @@ def load_model(
 
     Warns:
         UserWarning: ``weights`` given for a model that is not ``keras:NAME``; ``"demo"``
-            while a local file or folder is named ``demo`` (the same for ``"demo-silu"``).
+            while a local file or folder is named ``demo`` (the same for the other
+            bundled specs).
 
     >>> loaded = load_model("keras:MobileNetV2", weights="none")  # doctest: +SKIP
     >>> loaded.preprocess, loaded.input_shape  # doctest: +SKIP
@@ -158,8 +167,8 @@ def resolve(model) -> LoadedModel:
 def check_model_path(spec: str) -> None:
     """What can be known of a model spec without TensorFlow, checked at once: a path
     exists, is readable and is a SavedModel folder or a ``.keras``/``.h5`` file by its
-    first bytes (``demo``, ``demo-silu`` and ``keras:NAME`` pass; :func:`load_model` says
-    the rest).
+    first bytes (the bundled specs of :data:`DEMO_SPECS` and ``keras:NAME`` pass;
+    :func:`load_model` says the rest).
 
     Raises:
         ModelLoadError: With a one-line reason.

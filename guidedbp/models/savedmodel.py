@@ -1,11 +1,11 @@
 """SavedModel signatures frozen into a :class:`~guidedbp.models.frozen.FrozenGraph`.
 
 One signature of a SavedModel folder is inlined, its variables frozen to constants,
-and the graph cut down to the chosen output, so the engine can trace it like a Keras
-model. A SavedModel is a program: unless the caller trusts it, every op it would run
-(while loading, and in the frozen signature) must be on the list of image-classifier
-ops in :mod:`~guidedbp.models.safety`. Expected failures raise
-:class:`~guidedbp.errors.ModelLoadError`.
+and the graph cut down to the chosen output (or to all of them, a dict by name), so
+the engine can trace it like a Keras model. A SavedModel is a program: unless the
+caller trusts it, every op it would run (while loading, and in the frozen signature)
+must be on the list of image-classifier ops in :mod:`~guidedbp.models.safety`.
+Expected failures raise :class:`~guidedbp.errors.ModelLoadError`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,10 @@ def load_saved_model(
         spec: The SavedModel folder.
         signature: The signature to explain.
         input_key: The signature input holding the image, where it has several.
-        output_key: The signature output holding the class scores, where it has several.
+        output_key: The signature output to explain. Without it, a signature with
+            several outputs loads them all: the model returns a dict by output name,
+            sorted (pick one with the engine's ``output=``), leaving out, with a note, those
+            that are not float or need another input than the image.
         unsafe_deserialization: Run ops that are not on the list (files, Python,
             printing...): for SavedModels you trust.
 
@@ -89,7 +92,7 @@ def load_saved_model(
     function = signatures[signature]
     input_specs = function.structured_input_signature[1]
     in_key = _pick(spec, "input", input_specs, input_key, "input_key")
-    out_key = _pick(spec, "output", function.structured_outputs, output_key, "output_key")
+    out_keys = _outputs(spec, function.structured_outputs, output_key)
     input_spec = input_specs[in_key]
     if not input_spec.dtype.is_floating:
         raise ModelLoadError(
@@ -124,30 +127,35 @@ def load_saved_model(
     placeholder = frozen.inputs[flat_names.index(input_spec.name)]
     # Frozen outputs come in tf.nest's flattening order of the signature's outputs.
     output_keys = tf.nest.flatten({key: key for key in function.structured_outputs})
-    output = frozen.outputs[output_keys.index(out_key)]
-    graph_def = prune_graph_def(frozen_graph_def, output.op.name)
+    tensors = {key: frozen.outputs[output_keys.index(key)] for key in out_keys}
+    kept, left_out = {}, []
+    for key, tensor in tensors.items():
+        why = _unfed(frozen_graph_def, tensor, placeholder, in_key, flat_names, frozen.inputs)
+        if why is None and output_key is None and not tensor.dtype.is_floating:
+            why = f"is {tensor.dtype.name}, not float: no gradient reaches it"
+        if why is None:
+            kept[key] = tensor
+        elif output_key is not None or len(tensors) == 1:
+            raise ModelLoadError(f"{spec!r} output {key!r} {why}")
+        else:
+            left_out.append(f"output {key!r} left out: it {why.split(':')[0]}")
+    if not kept:
+        reasons = "; ".join(note.replace(" left out: it", "") for note in left_out)
+        raise ModelLoadError(f"{spec!r} has no output guidedbp can explain ({reasons}): "
+                             "choose the image input with input_key=KEY, or export a "
+                             "signature whose only input is the image")
+    graph_def = prune_graph_def(frozen_graph_def, [t.op.name for t in kept.values()])
     wrapped = _drop_saved_custom_gradients(graph_def)
-    needed = {node.name for node in graph_def.node}
-    if placeholder.op.name not in needed:
-        raise ModelLoadError(
-            f"{spec!r} output {out_key!r} does not depend on input {in_key!r}: "
-            "choose the image input with input_key=KEY"
-        )
-    others = sorted(
-        name for name, tensor in zip(flat_names, frozen.inputs)
-        if tensor.op.name != placeholder.op.name and tensor.op.name in needed
-    )
-    if others:
-        raise ModelLoadError(
-            f"{spec!r} output {out_key!r} also needs input(s) {', '.join(others)}, which "
-            f"guidedbp cannot supply: export a signature whose only input is the image"
-        )
     graph = FrozenGraph(
         graph_def,
         input_name=placeholder.name,
-        output_name=output.name,
+        output_name=({key: t.name for key, t in kept.items()} if len(tensors) > 1
+                     else next(iter(kept.values())).name),
         input_spec=tf.TensorSpec((None, *input_spec.shape[1:]), input_spec.dtype),
         name=Path(spec).name,
+        output_names=list(kept),
+        output_specs=[tf.TensorSpec(None if t.shape.rank is None else (None, *t.shape[1:]),
+                                    t.dtype, name=key) for key, t in kept.items()],
     )
     loaded = LoadedModel(
         model=graph,
@@ -157,6 +165,7 @@ def load_saved_model(
         preprocess=DEFAULT_FILE_PREPROCESS,
         preprocess_source=FILE_PREPROCESS_SOURCE,
     )
+    loaded.notes += left_out
     if wrapped:
         loaded.notes.append(
             f"{wrapped} custom gradient(s) saved with the model wrap ops other than "
@@ -225,6 +234,34 @@ def _refuse_unlisted(spec: str, what: str, ops: list[str]) -> None:
             f"image-classifier ops ({', '.join(ops)}): such ops could read or write files "
             "or run code; if you trust this SavedModel, pass unsafe_deserialization=True"
         )
+
+
+def _unfed(graph_def, output, placeholder, in_key: str, names: list[str], inputs: list
+           ) -> str | None:
+    """Why ``output`` cannot be computed from the image ``placeholder`` (the signature's
+    input ``in_key``) alone, or ``None``.
+
+    ``names`` and ``inputs``: the signature's flat input names and their placeholders.
+    """
+    needed = {node.name for node in prune_graph_def(graph_def, output.op.name).node}
+    if placeholder.op.name not in needed:
+        return f"does not depend on input {in_key!r}: choose the image input with input_key=KEY"
+    others = sorted(
+        name for name, tensor in zip(names, inputs)
+        if tensor.op.name != placeholder.op.name and tensor.op.name in needed
+    )
+    if others:
+        return (f"also needs input(s) {', '.join(others)}, which guidedbp cannot supply: "
+                "export a signature whose only input is the image")
+    return None
+
+
+def _outputs(spec: str, mapping: dict, key: str | None) -> list[str]:
+    """The signature's outputs to load: ``key`` alone (checked) where given, else all,
+    sorted by name (a signature's outputs are a map: their order is not kept)."""
+    if key is not None:
+        return [_pick(spec, "output", mapping, key, "output_key")]
+    return sorted(mapping)
 
 
 def _pick(spec: str, what: str, mapping: dict, key: str | None, parameter: str) -> str:

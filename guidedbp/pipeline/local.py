@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 from guidedbp.io.manifest import ManifestWriter
-from guidedbp.pipeline import stages
+from guidedbp.pipeline import stages, writing
 from guidedbp.pipeline.stages import Plan, Prepared, Summary
 
 
@@ -82,7 +82,7 @@ def run_local(plan: Plan, explainer, items: list, progress=None,
                 upcoming = [] if halt else submit_decode(index + 1)
                 explained = stages.explain(plan, explainer, prepared)
                 prepared, failed = _up_to_failure(prepared, fail_fast)  # the engine's failures
-                pending.append([writers.submit(stages.outcome, plan, p, explained.get(i))
+                pending.append([writers.submit(writing.outcome, plan, p, explained.get(i))
                                 for i, p in enumerate(prepared)])
                 if len(pending) > 1:  # keep one batch of writes in flight
                     finish(pending.pop(0))

@@ -12,6 +12,8 @@ wildcard; nothing leaves OUT)::
     STEM[.CLASS].figure.FORMAT       with figure: every method in one matplotlib figure
 
 CLASS is ``281-tabby`` (the index, then the name cut to 48 characters) or ``281``.
+With targets, CLASS is the target's :func:`target_slug` instead (``unit-2``,
+``region-1-circle``, ``similar-ref.jpg``); a class target keeps ``281-tabby``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,27 @@ def class_slug(index: int, labels) -> str:
         return str(index)
     slug = re.sub(r"[^A-Za-z0-9]+", "-", labels[index]).strip("-").lower()[:48].strip("-")
     return f"{index}-{slug}" if slug else str(index)
+
+
+def target_slug(kind: str, value, name: str | None = None) -> str:
+    """The part of an output name that says which target it explains: ``unit-2``,
+    ``unit-4-7-1``, ``region-1-circle`` (``region-1`` without a name), ``similar-ref.jpg``
+    (the reference's file name); letters, digits, ``.``, ``_`` and ``-`` only, so no
+    path separator ever reaches a file name.
+
+    >>> target_slug("unit", (4, 7, 1)), target_slug("region", 1, "Big circle")
+    ('unit-4-7-1', 'region-1-big-circle')
+    >>> target_slug("similar", "../ref 1.jpg")
+    'similar-ref-1.jpg'
+    """
+    if kind == "unit":
+        index = value if isinstance(value, tuple) else (value,)
+        return "unit-" + "-".join(map(str, index))
+    if kind == "region":
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", name or "").strip("-").lower()[:48].strip("-")
+        return f"region-{value}-{slug}" if slug else f"region-{value}"
+    text = re.sub(r"[^A-Za-z0-9._-]+", "-", str(value).replace("\\", "/").rsplit("/", 1)[-1])
+    return f"{kind}-{text.strip('-.')[:48].strip('-.') or 'reference'}"
 
 
 def label_of(target: int, labels) -> str | None:
@@ -53,15 +76,18 @@ class Naming:
     named: bool = False
     figure: str | None = None
 
-    def paths(self, stem: str, target: int | None) -> tuple[dict, str | dict | None]:
-        """``(outputs, raw)`` for one input's stem and class.
+    def paths(self, stem: str, target: int | str | None) -> tuple[dict, str | dict | None]:
+        """``(outputs, raw)`` for one input's stem and class (or a target's
+        :func:`target_slug`).
 
         One method: ``render -> STEM.METHOD.RENDER.png`` and raw ``STEM.METHOD.npy``.
         Several: ``METHOD.RENDER -> STEM.METHOD.RENDER.png`` for each, one comparison
         ``panel -> STEM.panel.png``, and raw as ``method -> path``. With a figure
         format, also ``figure -> STEM.figure.FORMAT``.
         """
-        if self.named and target is not None:
+        if self.named and isinstance(target, str):
+            stem = f"{stem}.{target}"
+        elif self.named and target is not None:
             stem = f"{stem}.{class_slug(target, self.labels)}"
         methods, renders = self.methods, self.renders
         if len(methods) == 1:

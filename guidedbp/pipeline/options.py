@@ -18,6 +18,7 @@ is. Every field has a unique flat name, which is also the keyword
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 
 from guidedbp._text import did_you_mean
@@ -27,6 +28,7 @@ from guidedbp.errors import ArgumentError
 from guidedbp.figures import FIGURE_FORMATS
 from guidedbp.io.shard import manifest_name
 from guidedbp.models.preprocess import RESIZE_MODES
+from guidedbp.pipeline.targets import parse_target
 from guidedbp.render.options import RenderOptions
 
 #: Where ``guidedbp explain`` writes when no OUT is given.
@@ -45,23 +47,45 @@ MAX_SIDE = 4096
 
 @dataclass(frozen=True)
 class ClassOptions:
-    """Which classes each image is explained for.
+    """What each image is explained for: classes, or other targets of the model's output.
 
     Attributes:
         classes: Classes by index or name, the same for every image; empty: the
             top-1 class (or the top ``top_k``). At most :data:`MAX_CLASSES`.
         top_k: Explain each image's ``top_k`` most probable classes, at most
             :data:`MAX_CLASSES`.
+        targets: Target specs (:func:`~guidedbp.pipeline.targets.parse_target`:
+            ``class:C``, ``unit:I``, ``region:C``, ``similar:IMAGE``), as text or
+            parsed; with ``classes``, at most :data:`MAX_CLASSES` in all. They share
+            one forward pass.
+        model_output: The model output every target reads (its name, or its index),
+            for models with several; ``None``: the only one.
+        mask_dir: For region targets: a folder with one mask per input, at the input's
+            path below its INPUT folder, any image format (nonzero inside); ``None``: the
+            pixels the model assigns to the class.
     """
 
     classes: tuple = ()
     top_k: int | None = None
+    targets: tuple = ()
+    model_output: str | int | None = None
+    mask_dir: str | None = None
 
     def __post_init__(self):
         if isinstance(self.classes, (str, int)):
             object.__setattr__(self, "classes", (self.classes,))
         else:
             object.__setattr__(self, "classes", tuple(self.classes))
+        targets = (self.targets,) if isinstance(self.targets, str) else tuple(self.targets)
+        object.__setattr__(self, "targets", tuple(parse_target(t) for t in targets))
+        output = self.model_output
+        if isinstance(output, str) and output.strip().isdigit():
+            object.__setattr__(self, "model_output", int(output))
+        elif output is not None and (isinstance(output, bool)
+                                     or not isinstance(output, (str, int)) or output == ""):
+            raise ArgumentError(f"model_output={output!r} must be an output's name or index")
+        if self.mask_dir is not None:
+            object.__setattr__(self, "mask_dir", os.fspath(self.mask_dir))
         if self.top_k is not None and (isinstance(self.top_k, bool)
                                        or not isinstance(self.top_k, int) or self.top_k < 1):
             raise ArgumentError(f"top_k={self.top_k!r} must be a positive integer or None")
@@ -71,6 +95,9 @@ class ClassOptions:
                                 "image")
         if self.classes and self.top_k:
             raise ArgumentError("classes and top_k cannot be used together")
+        if len(self.classes) + len(self.targets) > MAX_CLASSES:
+            raise ArgumentError(f"{len(self.classes) + len(self.targets)} targets is above the "
+                                f"upper bound of {MAX_CLASSES} per image")
 
 
 @dataclass(frozen=True)

@@ -68,8 +68,9 @@ def check_run(
         GuidedbpError: The runner is unknown (or Ray missing), the model file is
             missing, unreadable or not a model, an input names nothing
             (:class:`~guidedbp.io.inputs.InputError`) or no input is an image
-            (:class:`NoImagesError`), a figure needs matplotlib, or OUT cannot be
-            created or written, or holds a manifest or lock guidedbp did not write.
+            (:class:`NoImagesError`), a figure needs matplotlib, ``mask_dir`` is no
+            folder, or OUT cannot be created or written, or holds a manifest or lock
+            guidedbp did not write.
     """
     options = RunOptions.of(options, **fields)
     output = os.fspath(output)
@@ -94,6 +95,10 @@ def check_run(
         items = select_shard(items, *options.inputs.shard)
     if options.output.figure is not None:
         require_matplotlib()
+    mask_dir = options.classes.mask_dir
+    if mask_dir is not None and not os.path.isdir(mask_dir):
+        raise GuidedbpError(f"mask_dir={mask_dir!r} is not a folder: region masks lie in a "
+                            "folder, at each input's path below its INPUT folder")
     check_output(output, options.manifest, create=False)
     if isinstance(model, (str, os.PathLike)):  # last, as loading it came after the rest
         check_model_path(os.fspath(model))

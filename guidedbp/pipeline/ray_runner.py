@@ -24,7 +24,7 @@ import os
 import pickle
 import time
 
-from guidedbp.pipeline import stages
+from guidedbp.pipeline import stages, writing
 from guidedbp.pipeline.local import Delivery
 from guidedbp.pipeline.stages import Plan, Summary
 
@@ -169,10 +169,11 @@ class ExplainWorker:
             keras.utils.set_random_seed(0)
         loaded = load_model(recipe.model, **recipe.load)
         self.plan = plan
-        self.explainer = Explainer(loaded, plan.options.methods, options=plan.options.method)
+        self.explainer = Explainer(loaded, plan.options.methods, options=plan.options.method,
+                                   output=plan.options.classes.model_output)
 
     def __call__(self, row: dict) -> dict:
         prepared = pickle.loads(row["prepared"])
         explained = stages.explain(self.plan, self.explainer, prepared)
-        records = [stages.outcome(self.plan, p, explained.get(i)) for i, p in enumerate(prepared)]
+        records = [writing.outcome(self.plan, p, explained.get(i)) for i, p in enumerate(prepared)]
         return {"batch": row["batch"], "records": json.dumps(records)}

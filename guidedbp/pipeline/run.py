@@ -38,7 +38,9 @@ from guidedbp.pipeline.preflight import (  # noqa: F401 (NoImagesError: guidedbp
     check_run,
     remove_created,
 )
-from guidedbp.pipeline.stages import Feed, Plan, Summary, carried_over, record
+from guidedbp.pipeline.stages import Feed, Plan, Summary, carried_over
+from guidedbp.pipeline.targets import model_outputs, plan_targets, select_output
+from guidedbp.pipeline.writing import record
 
 
 def explain_files(
@@ -76,8 +78,9 @@ def explain_files(
         progress: An object with ``advance()``, called once per input (and
             ``begin(total)``, if it has one, called once before the first).
         **fields: Options by their flat names (``methods="guided,gradcam"``,
-            ``top_k=3``, ``renders=("panel",)``, ``classes=("tabby",)``, ...),
-            replacing those of ``options``.
+            ``top_k=3``, ``renders=("panel",)``, ``classes=("tabby",)``,
+            ``targets=("region:circle", "unit:2")``, ``model_output="seg"``,
+            ``mask_dir="masks"``, ...), replacing those of ``options``.
 
     Returns:
         The run's :class:`~guidedbp.pipeline.stages.Summary`; its ``exit_code`` is the
@@ -87,7 +90,9 @@ def explain_files(
         GuidedbpError: Bad options, inputs that name nothing, an output folder that
             cannot be written (:func:`~guidedbp.pipeline.preflight.check_run`), a model
             that does not load (or ``load`` with a model already loaded), a class that
-            does not exist, batches that cannot fit in the free memory. Failing inputs do
+            does not exist, targets that do not fit the model's output
+            (:func:`~guidedbp.pipeline.targets.plan_targets`), batches that cannot fit in
+            the free memory. Failing inputs do
             not raise: they are counted in the summary and recorded in the manifest.
 
     >>> summary = explain_files("demo", "sample_images/shapes", "maps",
@@ -152,18 +157,28 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
     with OutputLock(output, options.manifest):
         earlier = read_earlier(manifest)
         loaded = _loaded(model, load)
-        explainer = Explainer(loaded, options.methods, options=options.method)
-        num_classes = explainer.report.num_classes  # traces once: a bad layer fails here
+        wanted = options.classes
+        outputs = model_outputs(loaded.model)
+        if outputs is not None:  # before the engine traces a missing output
+            select_output(outputs, wanted.model_output)
+        explainer = Explainer(loaded, options.methods, options=options.method,
+                              output=wanted.model_output)
+        report = explainer.report  # traces once: a bad layer fails here
+        fallback = tuple(report.output_shape) or (None, report.num_classes)
+        targets = plan_targets(wanted, outputs or model_outputs(loaded.model, fallback),
+                               loaded.labels)
+        num_classes = report.num_classes if targets is None else _classes_of(targets.shape)
         for note in _notes(loaded, num_classes):
             warnings.warn(note, ModelWarning, stacklevel=3)
-        classes = tuple(resolve_class(spec, loaded.labels, num_classes)
-                        for spec in options.classes.classes)
-        _check_memory(explainer, loaded, options, len(classes), num_classes)
+        classes = () if targets is not None else tuple(
+            resolve_class(spec, loaded.labels, num_classes) for spec in wanted.classes)
+        columns = len(classes) if targets is None else len(targets.targets)
+        _check_memory(explainer, loaded, options, columns, num_classes)
         owned = frozenset(path for record in earlier.values()
                           for target in record["targets"] if isinstance(target, dict)
                           for path in _paths_of(target))
         plan = Plan(output, options, Feed.of(loaded), classes, num_classes, owned,
-                    guided=explainer.report.as_dict()["by_rule"])
+                    guided=report.as_dict()["by_rule"], targets=targets)
         carried = carried_over(plan, items, earlier) if options.output.skip_existing else {}
         carried.update(_clashes(plan, items))
         if hasattr(progress, "begin"):
@@ -214,9 +229,17 @@ class ModelWarning(UserWarning):
     match the classes."""
 
 
+def _classes_of(shape: tuple) -> int:
+    """How many classes an output of ``shape`` scores: ``(batch, classes)`` or a map's
+    ``(batch, H', W', classes)`` (two for a single logit); 0 for other outputs."""
+    if len(shape) not in (2, 4) or shape[-1] is None:
+        return 0
+    return 2 if len(shape) == 2 and shape[-1] == 1 else int(shape[-1])
+
+
 def _notes(loaded, num_classes: int) -> list[str]:
     notes = list(loaded.notes)
-    if loaded.labels is not None and len(loaded.labels) != num_classes:
+    if loaded.labels is not None and num_classes and len(loaded.labels) != num_classes:
         notes.append(f"{plural(len(loaded.labels), 'class name')} for "
                      f"{plural(num_classes, 'class')}: names may be wrong")
     return notes
@@ -366,6 +389,14 @@ def _refuse_for_one_image(options: RunOptions | None, fields: dict) -> None:
     if name in ("classes", "top_k"):
         raise ArgumentError(f"explain_image explains one class: give it as target= ({name}= "
                             "is explain_files' option; call explain_image once per class)")
+    if name in ("targets", "mask_dir"):
+        raise ArgumentError(f"explain_image explains one target: give it as target= (a class, "
+                            f"or guidedbp.targets.Unit, Region(c, mask=...), Similarity; {name}= "
+                            "is explain_files' option)")
+    if name == "model_output":
+        raise ArgumentError("explain_image reads the output its explainer reads: pass "
+                            "guidedbp.Explainer(model, output=...) as its model (model_output= "
+                            "is explain_files' option)")
     if name in ("recursive", "shard"):
         raise ArgumentError(f"explain_image reads the one file it is given: {name}= is "
                             "explain_files' option")

@@ -4,7 +4,8 @@
                 -> outcome (render, write) -> manifest record
 
 Every runner (the local streaming runner, the Ray runner) calls these same
-functions; only where and when they run differs. A stage needs the plan and its
+functions (the last, writing, in :mod:`~guidedbp.pipeline.writing`); only where and
+when they run differs. A stage needs the plan and its
 own inputs, never a runner's object: decoding needs the model's input shape and
 preprocessing (in the plan), explaining needs an explainer, writing needs neither.
 """
@@ -13,23 +14,22 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from guidedbp._text import one_line
-from guidedbp.caveats import Caveat, unique
-from guidedbp.engine.methods import method
-from guidedbp.figures import is_own_figure, is_whole_figure
+from guidedbp.caveats import Caveat
+from guidedbp.figures import is_own_figure
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem
-from guidedbp.io.write import atomic_write_bytes, is_own_png, is_whole_png, save_npy, save_png
-from guidedbp.models.preprocess import draft_side, resize_map, resize_picture
+from guidedbp.io.write import is_own_png, is_whole_png
+from guidedbp.models.preprocess import draft_side, resize_picture
 from guidedbp.models.preprocess import prepare as fit_and_preprocess
-from guidedbp.pipeline.naming import Naming, label_of
+from guidedbp.pipeline.masks import MaskError, find_mask, read_mask, reference_input
+from guidedbp.pipeline.naming import Naming
 from guidedbp.pipeline.options import RunOptions
-from guidedbp.render import Column, render, render_column, render_panel
+from guidedbp.pipeline.targets import PlannedTarget, TargetPlan, file_digest, ranked_target
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,8 @@ class Plan:
         guided: What the swapping rules guided, from the explainer's report: rule ->
             ``{"guide": scope, "guided_activations": {kind: count}}`` (empty when no
             method swaps gradients); every record carries it.
+        targets: The run's :class:`~guidedbp.pipeline.targets.TargetPlan` when it names
+            targets or a model output; ``None`` for a plain class run.
     """
 
     output: str
@@ -80,13 +82,15 @@ class Plan:
     num_classes: int = 0
     owned: frozenset = frozenset()
     guided: dict = field(default_factory=dict)
+    targets: TargetPlan | None = None
 
     @property
     def naming(self) -> Naming:
         options = self.options
+        named = self.targets.named if self.targets is not None \
+            else bool(self.classes or options.classes.top_k)
         return Naming(options.methods, options.render.renders, options.output.raw,
-                      self.feed.labels, bool(self.classes or options.classes.top_k),
-                      options.output.figure)
+                      self.feed.labels, named, options.output.figure)
 
 
 @dataclass
@@ -100,16 +104,27 @@ class Prepared:
     model_input: np.ndarray | None = None
     error: str | None = None
     carried: dict | None = None  # an earlier run's record, when resuming skips it
+    mask: np.ndarray | None = None  # bool (H, W): the region mask at the model's input
+    mask_file: str | None = None  # its path below the mask folder
+    mask_sha256: str | None = None
 
 
 @dataclass(frozen=True)
 class Explained:
-    """One class's maps for one input, and what makes them less meaningful."""
+    """One target's maps for one input, and what makes them less meaningful.
+
+    ``target`` is the class (a unit's flat index, a region's class; -1 for a
+    similarity); ``value`` the score differentiated; ``pixels`` a region's size at the
+    output's resolution; ``planned`` the run's target (``None`` for a ranked class).
+    """
 
     target: int
     probability: float
     maps: dict  # method -> float32 map at model resolution
     caveats: tuple[Caveat, ...] = ()
+    value: float = float("nan")
+    pixels: int | None = None
+    planned: PlannedTarget | None = None
 
 
 @dataclass
@@ -195,25 +210,60 @@ def _still_valid(plan: Plan, item: InputItem, record: dict) -> bool:
         return False
     if _scopes(record.get("guided")) != _scopes(plan.guided):
         return False  # another --guide (or a manifest from before it): other maps
-    classes = [target.get("class") for target in targets]
-    if plan.classes:
-        wanted = list(plan.classes) == classes
-    elif options.classes.top_k:
-        wanted = len(classes) == min(options.classes.top_k, plan.num_classes or len(classes))
-    else:
-        wanted = len(classes) == 1
-    if not wanted or not all(isinstance(c, int) for c in classes):
+    if not all(isinstance(target, dict) for target in targets):
         return False
-    for target in targets:
-        outputs, raw = naming.paths(item.output_stem, target["class"])
+    slugs = _same_targets(plan, item, targets)
+    if slugs is None:
+        return False
+    for target, slug in zip(targets, slugs):
+        outputs, raw = naming.paths(item.output_stem, slug)
         if target.get("outputs") != outputs or target.get("raw") != raw:
             return False
         if not all(_is_own_output(os.path.join(plan.output, path)) for path in outputs.values()):
             return False
-        if not all(_is_npy(os.path.join(plan.output, path))
+        if not all(is_npy(os.path.join(plan.output, path))
                    for _, path in naming.raw_items(raw)):
             return False
     return True
+
+
+def _same_targets(plan: Plan, item: InputItem, targets: list[dict]) -> list | None:
+    """The file-name part of each of an earlier record's targets when they are the ones
+    this run explains (the same classes, or the same targets of the same model output,
+    mask file contents and reference), else ``None``."""
+    options, wanted = plan.options, plan.targets
+    classes = [target.get("class") for target in targets]
+    if wanted is None or not wanted.targets:  # classes: listed, ranked or the top one
+        top_k = wanted.top_k if wanted is not None else options.classes.top_k
+        if plan.classes:
+            same = list(plan.classes) == classes
+        elif top_k:
+            same = len(classes) == min(top_k, plan.num_classes or len(classes))
+        else:
+            same = len(classes) == 1
+        if not same or not all(isinstance(c, int) for c in classes):
+            return None
+        if wanted is None:  # a plain class run: its records name no target
+            return classes if not any("target" in target for target in targets) else None
+        expected = [wanted.identity(ranked_target(c, plan.feed.labels)) for c in classes]
+        slugs = classes
+    else:
+        if len(targets) != len(wanted.targets):
+            return None
+        mask = (None, None)
+        if wanted.mask_dir is not None:
+            try:
+                path, relative = find_mask(wanted.mask_dir, item)
+                mask = (relative, file_digest(path))
+            except (MaskError, OSError):
+                return None
+        expected = [wanted.identity(target, *mask) for target in wanted.targets]
+        slugs = [target.slug for target in wanted.targets]
+    for target, identity in zip(targets, expected):
+        found = target.get("target")
+        if not isinstance(found, dict) or {key: found.get(key) for key in identity} != identity:
+            return None
+    return slugs
 
 
 def _is_own_output(path: str) -> bool:
@@ -223,7 +273,7 @@ def _is_own_output(path: str) -> bool:
     return is_own_figure(path)
 
 
-def _is_npy(path: str) -> bool:
+def is_npy(path: str) -> bool:
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return False
@@ -250,9 +300,17 @@ def prepare(plan: Plan, item: InputItem, carried: dict | None = None) -> Prepare
         prepared.fitted, prepared.placement, prepared.model_input = fit_and_preprocess(
             image, plan.feed.input_shape, plan.feed.preprocess, inputs.size, inputs.resize,
         )
+        if plan.targets is not None and plan.targets.mask_dir is not None:
+            path, prepared.mask_file = find_mask(plan.targets.mask_dir, item)
+            prepared.mask, prepared.mask_sha256 = read_mask(
+                path, prepared.mask_file, image.shape[:2], prepared.placement,
+                draft_side(plan.feed.input_shape, inputs.size))
         shown = prepared.placement.shown_size  # maps are drawn at most this large
         if tuple(image.shape[:2]) != tuple(shown):
             image = resize_picture(image, shown)
+    except MaskError as error:
+        prepared.error, prepared.model_input = str(error), None  # not explained: failed
+        return prepared
     except MemoryError:
         prepared.error = "out of memory while fitting the image to the model"
         return prepared
@@ -283,7 +341,7 @@ def explain(plan: Plan, explainer, batch: list[Prepared]) -> dict[int, list[Expl
 def _explain_group(plan, explainer, batch, positions, results) -> None:
     images = np.stack([batch[p].model_input for p in positions])
     try:
-        explained = _targets(plan, explainer, images)
+        explained = _targets(plan, explainer, images, [batch[p] for p in positions])
     # The engine raises TensorFlow's own error types for an input the model cannot
     # take; the pipeline stays free of TensorFlow names, so any error counts. It fails
     # that image, not the run.
@@ -301,19 +359,58 @@ def _explain_group(plan, explainer, batch, positions, results) -> None:
         results[position] = targets
 
 
-def _targets(plan: Plan, explainer, images: np.ndarray) -> list[list[Explained]]:
-    """Per image, one :class:`Explained` per class: every method and every class from one
-    engine call (one forward pass)."""
-    if plan.classes:
+def _targets(plan: Plan, explainer, images: np.ndarray, prepared: list[Prepared]
+             ) -> list[list[Explained]]:
+    """Per image, one :class:`Explained` per target: every method and every target from
+    one engine call (one forward pass)."""
+    wanted = plan.targets
+    planned: list = []
+    if wanted is not None and wanted.targets:
+        planned = list(wanted.targets)
+        explanations = explainer.explain_targets(
+            images, [_engine_target(plan, target, images, prepared) for target in planned])
+    elif plan.classes:
         explanations = explainer.explain_classes(images, plan.classes)
     else:
-        explanations = explainer.explain_top_k(images, plan.options.classes.top_k or 1)
+        explanations = explainer.explain_top_k(
+            images, wanted.top_k if wanted is not None else plan.options.classes.top_k or 1)
+    planned += [None] * (len(explanations) - len(planned))
     return [
         [Explained(int(e.targets[index]), float(e.probabilities[index]),
-                   {m: maps[index] for m, maps in e.by_method.items()}, e.caveats_of(index))
-         for e in explanations]
+                   {m: maps[index] for m, maps in e.by_method.items()}, e.caveats_of(index),
+                   value=float(e.logits[index]),
+                   pixels=None if e.region_pixels is None else int(e.region_pixels[index]),
+                   planned=target)
+         for e, target in zip(explanations, planned)]
         for index in range(len(images))
     ]
+
+
+def _engine_target(plan: Plan, target: PlannedTarget, images: np.ndarray,
+                   prepared: list[Prepared]):
+    """What the engine explains for ``target`` in a batch of ``images``: a class index,
+    :class:`~guidedbp.targets.Unit`, :class:`~guidedbp.targets.Region` (with the batch's
+    masks, from ``mask_dir``) or :class:`~guidedbp.targets.Similarity` (the reference
+    fitted as the inputs are)."""
+    from guidedbp.targets import Region, Similarity, Unit
+
+    if target.kind == "class":
+        return target.index
+    if target.kind == "unit":
+        return Unit(target.unit)
+    if target.kind == "region":
+        masks = None
+        if plan.targets.mask_dir is not None:
+            masks = np.stack([p.mask for p in prepared])
+        return Region(target.index, mask=masks, name=target.spec.partition(":")[2])
+    feed, inputs = plan.feed, plan.options.inputs
+    size = inputs.size
+    if size is None and None in tuple(feed.input_shape[:2]):  # free sides: the batch's size
+        size = tuple(images.shape[1:3])
+    reference = reference_input(target.reference_path, target.reference_sha256,
+                                tuple(feed.input_shape), feed.preprocess, size, inputs.resize,
+                                feed.channels)
+    return Similarity(reference, name=os.path.basename(target.reference))
 
 
 def engine_reason(error: BaseException) -> str:
@@ -322,173 +419,3 @@ def engine_reason(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines()]
     useful = [line for line in lines if line and not line.startswith(skipped)]
     return one_line(useful[0], limit=200) if useful else type(error).__name__
-
-
-# -- write -------------------------------------------------------------------------------
-
-
-def outcome(plan: Plan, prepared: Prepared, explained: list[Explained] | None) -> dict:
-    """Write one input's outputs and return its manifest record.
-
-    ``explained`` is the input's entry of :func:`explain`, ``None`` when it has none:
-    it failed (``prepared.error``) or was carried over from an earlier run. A failed
-    write (disk full, permissions, a file of the user's in the way, no memory left)
-    fails that input, not the run.
-    """
-    item = prepared.item
-    if prepared.error is not None:
-        return record(plan, item, "error", prepared.error, [])
-    if prepared.carried is not None:
-        return prepared.carried
-    try:
-        return _write(plan, prepared, explained)
-    except (OSError, ValueError) as error:
-        return record(plan, item, "error", one_line(error), [])
-    except MemoryError:
-        return record(plan, item, "error", "out of memory while rendering its maps", [])
-
-
-def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
-    options, labels, naming = plan.options, plan.feed.labels, plan.naming
-    style = options.render.style
-    targets = []
-    caveats: list[Caveat] = []
-    for entry in explained:
-        caveats += entry.caveats
-        outputs, raw = naming.paths(prepared.item.output_stem, entry.target)
-        for relative in [*outputs.values(), *(path for _, path in naming.raw_items(raw))]:
-            _check_target(plan, relative, outputs.values())
-        if options.render.output_size == "original":
-            shown = {m: prepared.placement.to_original(v) for m, v in entry.maps.items()}
-            picture = prepared.original
-        else:
-            shown, picture = entry.maps, prepared.fitted
-        label = label_of(entry.target, labels)
-        named_class = f"{label} (class {entry.target})" if label else f"class {entry.target}"
-        caption = f"{named_class} p={entry.probability:.3f}"
-        if len(options.methods) == 1:  # a comparison panel titles its columns instead
-            caption = f"{options.methods[0]}: {caption}"
-        for key, relative in outputs.items():
-            if key == "figure":
-                _write_figure(plan, os.path.join(plan.output, relative), picture, shown,
-                              f"{named_class} p={entry.probability:.3f}", entry.caveats)
-                continue
-            if key == "panel" and len(shown) > 1:
-                array = comparison_panel(shown, picture, caption, style, options.render.tile,
-                                         entry.caveats)
-            else:
-                name_of_method, _, name = key.rpartition(".")
-                name_of_method = name_of_method or options.methods[0]
-                lines = [c.line for c in entry.caveats if c.concerns(name_of_method)]
-                array = render(name, shown[name_of_method], picture, caption=caption,
-                               caveats=lines, **options.render.panel_style)
-            save_png(os.path.join(plan.output, relative), array)
-        for name_of_method, relative in naming.raw_items(raw):
-            save_npy(os.path.join(plan.output, relative),
-                     entry.maps[name_of_method].astype(np.float32))
-        targets.append({"class": entry.target, "label": label,
-                        "score": round(entry.probability, 6), "outputs": outputs, "raw": raw,
-                        "caveats": [caveat.as_record() for caveat in entry.caveats]})
-    return record(plan, prepared.item, "ok", None, targets, caveats)
-
-
-#: Figures are drawn one at a time: matplotlib's caches are not meant for threads.
-_FIGURE_LOCK = threading.Lock()
-#: A figure's pictures are reduced to this many pixels on their longer side.
-FIGURE_MAX_SIDE = 1024
-
-
-def _write_figure(plan: Plan, path: str, picture: np.ndarray, maps: dict, title: str,
-                  caveats: tuple[Caveat, ...] = ()) -> None:
-    """Draw one explanation's matplotlib figure and write it atomically."""
-    from guidedbp import figures
-
-    output, style = plan.options.output, plan.options.render
-    longer = max(picture.shape[:2])
-    if longer > FIGURE_MAX_SIDE:  # a figure on a page needs no more; a PDF stays small
-        size = tuple(max(1, round(side * FIGURE_MAX_SIDE / longer)) for side in picture.shape[:2])
-        picture = resize_picture(picture, size)
-        maps = {name: resize_map(saliency, size) for name, saliency in maps.items()}
-    with _FIGURE_LOCK:
-        figure = figures.draw(picture, maps, title, cmap=style.cmap, clip=style.clip,
-                              caveats=[caveat.line for caveat in caveats])
-        data = figures.figure_bytes(figure, output.figure, dpi=output.dpi)
-    atomic_write_bytes(path, data)
-
-
-def _check_target(plan: Plan, relative: str, pictures) -> None:
-    """Refuse to write ``OUT/relative`` through a link, or over a file guidedbp did not write.
-
-    Every folder between OUT and the file must be a real folder (a link there would
-    lead outside OUT); an existing file must be one of guidedbp's own: a PNG with its
-    mark, or a raw ``.npy`` that an earlier manifest lists or that sits beside one of
-    the marked ``pictures`` of the same class (they are written before it).
-
-    Raises:
-        OSError: With the reason, which fails this input only.
-    """
-    folder = plan.output
-    for part in relative.split("/")[:-1]:
-        folder = os.path.join(folder, part)
-        if os.path.islink(folder):
-            raise OSError(f"{folder!r} is a symbolic link: refusing to write through it")
-    target = os.path.join(plan.output, relative)
-    try:
-        mode = os.lstat(target).st_mode
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(mode):
-        raise OSError(f"{target!r} is a symbolic link: refusing to replace it")
-    if not stat.S_ISREG(mode):
-        raise OSError(f"{target!r} exists and is not a file: refusing to replace it")
-    if relative.endswith(".png"):
-        # The mark decides, not a manifest: a PNG of the user's may have taken its place.
-        # A file the manifest lists that is no whole PNG at all is our own, damaged.
-        if is_own_png(target) or (relative in plan.owned and not is_whole_png(target)):
-            return
-    elif not relative.endswith(".npy"):  # a PDF or SVG figure: the same rule
-        if is_own_figure(target) or (relative in plan.owned and not is_whole_figure(target)):
-            return
-    elif relative in plan.owned or (_is_npy(target) and any(
-            is_own_png(os.path.join(plan.output, picture)) for picture in pictures)):
-        return
-    raise OSError(f"{target!r} exists and was not written by guidedbp: refusing to "
-                  "overwrite it")
-
-
-def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict,
-                     tile: int | None, caveats: tuple[Caveat, ...] = ()) -> np.ndarray:
-    """The original, then one titled column per method, each with its colorbar, and a
-    line per caveat under the caption.
-
-    Signed maps (gradients) show as the signed ``color`` render; a non-negative
-    coarse map (Grad-CAM) as its ``overlay`` on the picture.
-    """
-    columns = [Column("original", picture)]
-    for name, saliency in maps.items():
-        drawn = "color" if method(name).signed else "overlay"
-        columns.append(render_column(drawn, saliency, picture, title=name, **style))
-    return render_panel(columns, caption=caption, tile=tile,
-                        caveats=[caveat.line for caveat in caveats])
-
-
-def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict],
-           caveats: list[Caveat] | tuple[Caveat, ...] = ()) -> dict:
-    """One input's manifest record; the first target's fields are repeated at the top,
-    and ``caveats`` (every class's, without repeats) are listed as
-    ``{"code", "text"[, "method"]}`` objects."""
-    first = targets[0] if targets else {}
-    return {
-        "input": item.path,
-        "status": status,
-        "error": error,
-        "class": first.get("class"),
-        "label": first.get("label"),
-        "score": first.get("score"),
-        "method": ",".join(plan.options.methods),
-        "guided": plan.guided,
-        "outputs": first.get("outputs", {}),
-        "raw": first.get("raw"),
-        "targets": targets,
-        "caveats": [caveat.as_record() for caveat in unique(caveats)],
-    }

@@ -8,6 +8,9 @@
   var records = data.records, columns = data.columns, summary = data.summary;
   var byId = function (id) { return document.getElementById(id); };
   var statusFilter = byId("status-filter"), classFilter = byId("class-filter");
+  var targetFilter = byId("target-filter"), knownTargets = Object.create(null);
+  // A run that named its targets (--target): each target carries [spec, description, kind].
+  var targetSpecs = data.targets || [], named = targetSpecs.length > 0;
   var caveatFilter = byId("caveat-filter"), knownCaveats = Object.create(null);
   knownCaveats.any = knownCaveats.none = true;
   var renderFilter = byId("render-filter");
@@ -82,6 +85,10 @@
     var rest = [];
     if (summary.methods.length) rest.push("methods " + summary.methods.join(", "));
     rest.push(thousands(summary.classes) + (summary.classes === 1 ? " class" : " classes"));
+    if (named) {
+      rest.push(thousands(targetSpecs.length) + (targetSpecs.length === 1 ? " target" :
+                                                 " targets"));
+    }
     rest.push("from " + summary.source);
     line.appendChild(document.createTextNode(" \u00b7 " + rest.join(" \u00b7 ")));
 
@@ -94,6 +101,12 @@
       knownClasses[String(pair[0])] = true;
       option(classFilter, String(pair[0]), classTitle(pair[0], pair[1]));
     });
+    option(targetFilter, "", "all targets");
+    targetSpecs.forEach(function (pair) {
+      knownTargets[pair[0]] = true;
+      option(targetFilter, pair[0], pair[0] + " (" + thousands(pair[1]) + ")");
+    });
+    byId("target-control").hidden = !named;
     SORTS.forEach(function (pair) { option(sortSelect, pair[0], pair[1]); });
     option(caveatFilter, "", "all");
     option(caveatFilter, "any", "any caveat (" + thousands(withCaveats) + ")");
@@ -109,7 +122,8 @@
     if (columns.length > 6) table.classList.add("dense");
 
     var head = el("thead"), row = el("tr");
-    ["#", "input", "status", "class", "score"].concat(columns.length ? ["maps"] : [])
+    ["#", "input", "status", named ? "target" : "class", "score"]
+        .concat(columns.length ? ["maps"] : [])
         .forEach(function (name) { row.appendChild(el("th", null, name)); });
     head.appendChild(row);
     table.appendChild(head);
@@ -119,12 +133,13 @@
   function readState() {
     var params = new URLSearchParams(location.hash.replace(/^#/, ""));
     var state = {status: params.get("status") || "all", cls: params.get("class") || "",
-                 caveat: params.get("caveat") || "", render: params.get("render") || "",
+                 target: params.get("target") || "", caveat: params.get("caveat") || "", render: params.get("render") || "",
                  sort: params.get("sort") || "", q: params.get("q") || "",
                  page: parseInt(params.get("page") || "1", 10)};
     if (STATUSES.indexOf(state.status) < 0) state.status = "all";
     if (!SORTS.some(function (pair) { return pair[0] === state.sort; })) state.sort = "";
     if (!Object.prototype.hasOwnProperty.call(knownClasses, state.cls)) state.cls = "";
+    if (!Object.prototype.hasOwnProperty.call(knownTargets, state.target)) state.target = "";
     if (!(state.caveat in knownCaveats)) state.caveat = "";
     if (renders.indexOf(state.render) < 0) state.render = "";
     if (!(state.page >= 1)) state.page = 1;
@@ -134,6 +149,7 @@
     var params = new URLSearchParams();
     if (state.status !== "all") params.set("status", state.status);
     if (state.cls !== "") params.set("class", state.cls);
+    if (state.target) params.set("target", state.target);
     if (state.caveat) params.set("caveat", state.caveat);
     if (state.render) params.set("render", state.render);
     if (state.sort) params.set("sort", state.sort);
@@ -159,13 +175,23 @@
   }
 
   // -- which records, in which order
-  function targetOf(record, cls) {
+  // The view's choice: a class (a number or null) and a target spec ("" for any).
+  function chosen(state) {
+    return {cls: state.cls === "" ? null : Number(state.cls), spec: state.target};
+  }
+  function fits(target, choice) {
+    return (choice.cls === null || target[0] === choice.cls) &&
+        (!choice.spec || (target[4] !== undefined && target[4][0] === choice.spec));
+  }
+  function targetOf(record, choice) {
     var targets = record[3];
-    for (var i = 0; i < targets.length; i++) if (targets[i][0] === cls) return targets[i];
+    if (choice.cls === null && !choice.spec) return targets.length ? targets[0] : null;
+    for (var i = 0; i < targets.length; i++) if (fits(targets[i], choice)) return targets[i];
     return null;
   }
-  function scoreOf(record, cls) {
-    var target = cls === null ? record[3][0] : targetOf(record, cls);
+  function filtered(choice) { return choice.cls !== null || choice.spec !== ""; }
+  function scoreOf(record, choice) {
+    var target = targetOf(record, choice);
     return target && target[2] !== null ? target[2] : null;
   }
   function hasCaveat(caveats, wanted) {
@@ -173,15 +199,16 @@
     return caveats.some(function (caveat) { return caveat[0] === wanted; });
   }
   function matching(state) {
-    var key = [state.status, state.cls, state.caveat, state.sort, state.q].join("\u0000");
+    var key = [state.status, state.cls, state.target, state.caveat, state.sort, state.q]
+        .join("\u0000");
     if (cache.key === key) return cache.list;
-    var cls = state.cls === "" ? null : Number(state.cls), q = state.q.toLowerCase();
+    var choice = chosen(state), q = state.q.toLowerCase();
     if (q && !lowerNames) lowerNames = records.map(function (r) { return r[0].toLowerCase(); });
     var list = [];
     for (var i = 0; i < records.length; i++) {
       var record = records[i];
       if (state.status !== "all" && record[1] !== state.status) continue;
-      if (cls !== null && !targetOf(record, cls)) continue;
+      if (filtered(choice) && !targetOf(record, choice)) continue;
       if (state.caveat && !hasCaveat(record[4] || [], state.caveat)) continue;
       if (q && lowerNames[i].indexOf(q) < 0) continue;
       list.push(i);
@@ -192,7 +219,7 @@
       });
     } else if (state.sort) {
       var sign = state.sort === "score-desc" ? -1 : 1, scores = {};
-      list.forEach(function (i) { scores[i] = scoreOf(records[i], cls); });
+      list.forEach(function (i) { scores[i] = scoreOf(records[i], choice); });
       list.sort(function (a, b) {  // records without a score go last either way
         if (scores[a] === null || scores[b] === null) {
           return (scores[a] === null) - (scores[b] === null) || a - b;
@@ -282,12 +309,24 @@
     return cell;
   }
   function targetCells(row, target, onlyRender) {
-    var cell = el("td", "class");
-    cell.appendChild(el("span", "label", target[1] === null ? "class " + target[0] : target[1]));
-    if (target[1] !== null) cell.appendChild(el("span", "index", "#" + target[0]));
+    var cell = el("td", "class"), info = target[4];
+    if (info !== undefined) {  // a named target: its description, e.g. "unit:2 = 0.73"
+      cell.appendChild(el("span", "description", info[1]));
+      if (info[0]) cell.title = info[0];
+    } else {
+      cell.appendChild(el("span", "label", target[1] === null ? "class " + target[0]
+                                                              : target[1]));
+      if (target[1] !== null) cell.appendChild(el("span", "index", "#" + target[0]));
+    }
     row.appendChild(cell);
     cell = el("td", "score");
-    if (target[2] !== null) {
+    // A probability gets its bar; another target's value (a unit, a region's summed
+    // logits, a cosine similarity) is a number alone.
+    var probability = info === undefined || info[2] === "class";
+    if (target[2] !== null && !probability) {
+      cell.appendChild(document.createTextNode(String(target[2])));
+      cell.title = String(target[2]);
+    } else if (target[2] !== null) {
       var score = target[2], text = score === 0 || score >= 0.01 ? score.toFixed(3)
           : score.toExponential(1);
       cell.appendChild(document.createTextNode(text));
@@ -310,13 +349,14 @@
     });
     return span;
   }
-  function recordRows(index, cls, onlyRender) {
+  function recordRows(index, choice, onlyRender) {
     var record = records[index], targets = record[3], body = el("tbody", "record");
     var first = el("tr", "row"), span = Math.max(targets.length, 1);
-    var shown = cls === null ? targets[0] : targetOf(record, cls);
+    var shown = targetOf(record, choice);
     first.dataset.index = String(index + 1);
     first.dataset.status = record[1];
-    first.dataset.class = shown ? String(shown[0]) : "";
+    first.dataset.class = shown && shown[0] !== null ? String(shown[0]) : "";
+    if (named) first.dataset.target = shown && shown[4] !== undefined ? shown[4][0] : "";
     first.dataset.score = shown && shown[2] !== null ? String(shown[2]) : "";
     first.dataset.classes = targets.map(function (t) { return t[0]; }).join(" ");
     var number = el("td", "num", thousands(index + 1)), name = el("td", "input");
@@ -354,7 +394,9 @@
     }
     targets.forEach(function (target, k) {
       var row = k ? el("tr", "target") : first;
-      if (cls !== null && targets.length > 1 && target[0] === cls) row.classList.add("match");
+      if (filtered(choice) && targets.length > 1 && fits(target, choice)) {
+        row.classList.add("match");
+      }
       targetCells(row, target, onlyRender);
       if (k) body.appendChild(row);
     });
@@ -378,13 +420,13 @@
     pager.appendChild(el("span", "count", count));
   }
   function render() {
-    var state = readState(), list = matching(state);
-    var cls = state.cls === "" ? null : Number(state.cls);
+    var state = readState(), list = matching(state), choice = chosen(state);
     var pages = Math.max(1, Math.ceil(list.length / PAGE_SIZE));
     var page = Math.min(state.page, pages), start = (page - 1) * PAGE_SIZE;
     var shown = list.slice(start, start + PAGE_SIZE);
     statusFilter.value = state.status;
     classFilter.value = state.cls;
+    targetFilter.value = state.target;
     caveatFilter.value = state.caveat;
     renderFilter.value = state.render;
     sortSelect.value = state.sort;
@@ -392,7 +434,7 @@
     Array.prototype.slice.call(table.tBodies).forEach(function (b) { b.remove(); });
     var fragment = document.createDocumentFragment();
     shown.forEach(function (index) {
-      fragment.appendChild(recordRows(index, cls, state.render));
+      fragment.appendChild(recordRows(index, choice, state.render));
     });
     if (!shown.length) {
       var body = el("tbody"), row = el("tr"), cell = el("td", "empty",
@@ -411,6 +453,7 @@
   setUp();
   statusFilter.addEventListener("change", function () { go({status: statusFilter.value}); });
   classFilter.addEventListener("change", function () { go({cls: classFilter.value}); });
+  targetFilter.addEventListener("change", function () { go({target: targetFilter.value}); });
   caveatFilter.addEventListener("change", function () { go({caveat: caveatFilter.value}); });
   renderFilter.addEventListener("change", function () { go({render: renderFilter.value}); });
   byId("viewer-close").addEventListener("click", function () { byId("viewer").close(); });

@@ -1,0 +1,443 @@
+"""Targets as the traced pass sees them: K columns per image, each one score per image.
+
+A :class:`Column` is what a trace depends on (the kind, the output read, a unit's index,
+a function): the traced functions are kept per tuple of columns. :class:`Columns` adds
+what varies from image to image and is fed to the trace as tensors: the class of a
+class column (``-r``: the r-th most probable), a region's mask, a similarity's reference
+embedding. :func:`score` reads the K scores off the model's output inside the trace, and
+what each column resolved on the clean images (the classes of ranks, the argmax region),
+so that every later pass (SmoothGrad's copies, integrated gradients' path, the
+perturbed copies) explains the same fixed target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import tensorflow as tf
+
+from guidedbp.engine import _graph
+from guidedbp.engine.targets import Class, OutputName, Region, Score, Similarity, Target, Unit
+from guidedbp.errors import ArgumentError
+
+#: The column kinds; ``probe`` scores every output at once (the report's trace only).
+KINDS = ("class", "unit", "region", "similar", "score", "probe")
+
+
+class NotAClassifier(ArgumentError):
+    """A class target on an output that is not ``(batch, classes)``."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """What one target's trace depends on (hashable: a key of the traced functions).
+
+    Attributes:
+        kind: One of :data:`KINDS`.
+        output: The output read (name or index), ``None`` for the model's only output
+            (or, for ``score`` and ``probe``, all of them).
+        index: A unit's flat index, or a region's class.
+        auto: A region found by argmax (else given by a mask).
+        function: A score function.
+    """
+
+    kind: str
+    output: OutputName = None
+    index: int | tuple | None = None
+    auto: bool = False
+    function: Callable | None = None
+
+    @property
+    def data_shape(self) -> tuple:
+        """The per-image shape of the data fed for this column (``(0,)``: none)."""
+        if self.kind == "region":
+            return (None, None)
+        if self.kind == "similar":
+            return (None,)
+        return (0,)
+
+
+#: The column of today's class targets on the model's one output.
+CLASS = Column("class")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """K targets for N images.
+
+    Attributes:
+        specs: The K columns.
+        classes: int32 ``(N, K)``: a class column's class (``-r`` the r-th most probable);
+            0 for the other kinds.
+        data: K float32 arrays ``(N, ...)``: a region's mask, a similarity's reference
+            embedding, else ``(N, 0)``.
+        targets: The K targets as given (``None`` for classes given as ints).
+    """
+
+    specs: tuple[Column, ...]
+    classes: np.ndarray
+    data: tuple[np.ndarray, ...]
+    targets: tuple[Target | None, ...] = field(default=())
+
+    @classmethod
+    def of_classes(cls, classes: np.ndarray, output: OutputName = None) -> Columns:
+        """Class columns for int ``(N, K)`` ``classes``."""
+        classes = np.asarray(classes, np.int32)
+        count, width = classes.shape
+        empty = np.zeros((count, 0), np.float32)
+        return cls((replace(CLASS, output=output),) * width, classes, (empty,) * width,
+                   (None,) * width)
+
+    @property
+    def width(self) -> int:
+        return len(self.specs)
+
+    @property
+    def all_classes(self) -> bool:
+        return all(spec.kind == "class" for spec in self.specs)
+
+    def take(self, rows) -> Columns:
+        """The columns of images ``rows`` (an int array: copies of images)."""
+        rows = np.asarray(rows)
+        return replace(self, classes=self.classes[rows],
+                       data=tuple(data[rows] for data in self.data))
+
+    def slice(self, start: int, stop: int) -> Columns:
+        return replace(self, classes=self.classes[start:stop],
+                       data=tuple(data[start:stop] for data in self.data))
+
+    def column(self, index: int) -> Columns:
+        """Column ``index`` alone."""
+        return Columns(self.specs[index : index + 1], self.classes[:, index : index + 1],
+                       self.data[index : index + 1],
+                       self.targets[index : index + 1] if self.targets else ())
+
+
+def column_of(target: Target, output: OutputName, count: int,
+              embedding: Callable[[np.ndarray, OutputName], np.ndarray]
+              ) -> tuple[Column, np.ndarray, np.ndarray]:
+    """The column of ``target`` for ``count`` images, its classes ``(count,)`` and data
+    ``(count, ...)``; ``output`` the explainer's, for a target naming none.
+    ``embedding(image, output)`` is a reference image's output, flattened."""
+    output = target.output if target.output is not None else output
+    classes = np.zeros(count, np.int32)
+    empty = np.zeros((count, 0), np.float32)
+    if isinstance(target, Class):
+        return Column("class", output), np.full(count, int(target.index), np.int32), empty
+    if isinstance(target, Unit):
+        return Column("unit", output, target.index), classes, empty
+    if isinstance(target, Region):
+        if isinstance(target.index, str):
+            raise ArgumentError(
+                f"Region class {target.index!r} is a name: guidedbp.Explainer resolves names "
+                "with the model's labels; the engine takes an index")
+        column = Column("region", output, int(target.index), auto=target.mask is None)
+        if target.mask is None:
+            return column, np.full(count, int(target.index), np.int32), \
+                np.zeros((count, 1, 1), np.float32)
+        mask = (np.asarray(target.mask) != 0).astype(np.float32)
+        if mask.ndim == 2:
+            mask = np.broadcast_to(mask, (count, *mask.shape))
+        elif len(mask) != count:
+            raise ArgumentError(f"Region mask has {len(mask)} masks for {count} images")
+        return column, np.full(count, int(target.index), np.int32), np.ascontiguousarray(mask)
+    if isinstance(target, Similarity):
+        reference = target.reference
+        if isinstance(reference, str) or not isinstance(reference, np.ndarray):
+            raise ArgumentError(
+                f"Similarity reference {reference!r} is a path: guidedbp.Explainer decodes "
+                "image files; the engine takes an embedding or an image array")
+        vector = reference if target.is_embedding else embedding(reference, output)
+        vector = np.asarray(vector, np.float32).reshape(-1)
+        return Column("similar", output), np.full(count, -1, np.int32), \
+            np.ascontiguousarray(np.broadcast_to(vector, (count, len(vector))))
+    if isinstance(target, Score):
+        return Column("score", output, function=target.function), np.full(count, -1, np.int32), \
+            empty
+    raise ArgumentError(f"target {target!r} is not a guidedbp target")
+
+
+def columns_of(targets: Sequence[Target], output: OutputName, count: int,
+               embedding: Callable[[np.ndarray, OutputName], np.ndarray]) -> Columns:
+    """The columns of ``targets`` for ``count`` images (see :func:`column_of`)."""
+    if not targets:
+        raise ArgumentError("targets is empty: expected at least one target")
+    parts = [column_of(target, output, count, embedding) for target in targets]
+    return Columns(tuple(spec for spec, _, _ in parts),
+                   np.stack([classes for _, classes, _ in parts], axis=1),
+                   tuple(data for _, _, data in parts), tuple(targets))
+
+
+# -- inside the trace ---------------------------------------------------------------------
+
+
+def output_names(model, raw) -> list[str]:
+    """The names of the model's outputs, in order (``output_0``... where it has none): a
+    dict's keys in the order of the model's ``output_names`` (Keras sorts them), else
+    as the dict gives them."""
+    names = list(getattr(model, "output_names", None) or [])
+    if isinstance(raw, dict):
+        keys = [str(key) for key in raw]
+        return names if sorted(names) == sorted(keys) else keys
+    count = len(raw) if isinstance(raw, (list, tuple)) else 1
+    if len(names) != count:
+        names = [f"output_{index}" for index in range(count)] if count > 1 else ["output"]
+    return names
+
+
+def describe_outputs(model, raw) -> str:
+    """``'label' (None, 4), 'box' (None, 4)``: each output's name and shape, in order."""
+    names = output_names(model, raw)
+    if isinstance(raw, dict):
+        by_name = {str(key): value for key, value in raw.items()}
+        tensors = [by_name[name] for name in names]
+    else:
+        tensors = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    return ", ".join(f"{name!r} {tuple(tensor.shape)}" for name, tensor in zip(names, tensors))
+
+
+def select(model, raw, output: OutputName):
+    """The output ``output`` names (``None``: the model's whole output)."""
+    if output is None:
+        return raw
+    names = output_names(model, raw)
+    if isinstance(output, str):
+        if output not in names:
+            import difflib
+
+            close = difflib.get_close_matches(output, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ArgumentError(f"output={output!r} is not an output of the model{hint}: "
+                                f"its outputs are {describe_outputs(model, raw)}")
+        index = names.index(output)
+    else:
+        index = int(output)
+        if not 0 <= index < len(names):
+            raise ArgumentError(f"output={output} is out of range: the model has "
+                                f"{len(names)} output{'s' * (len(names) != 1)} "
+                                f"({describe_outputs(model, raw)})")
+    if isinstance(raw, dict):
+        return {str(key): value for key, value in raw.items()}[names[index]]
+    if isinstance(raw, (list, tuple)):
+        return raw[index]
+    return raw
+
+
+def _flat_tensors(value) -> list:
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flat_tensors(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flat_tensors(v)]
+    return [value]
+
+
+def _one_tensor(model, raw, selected, column: Column, needs: str):
+    if isinstance(selected, (list, tuple, dict)):
+        raise NotAClassifier(
+            f"the model has {len(_flat_tensors(selected))} outputs "
+            f"({describe_outputs(model, raw)}): choose one with output=NAME_OR_INDEX "
+            f"for {needs}")
+    return selected
+
+
+@dataclass
+class Scored:
+    """The K scores of a traced batch, and what each column resolved.
+
+    Attributes:
+        scores: float32 ``(B, K)`` the scores differentiated.
+        targets: int32 ``(B, K)``: a class, a unit's flat index or a region's class;
+            -1 for similarities and score functions.
+        probabilities: float32 ``(B, K)``: a class's probability, a region's mean
+            probability of its class; NaN for the other kinds.
+        class_probabilities: float32 ``(B, classes)`` of the first class column's output,
+            or ``(B, 0)``.
+        resolved: K float32 tensors: a region's mask at the output's resolution, a
+            similarity's reference, else ``(B, 0)``.
+        ends: The tensors the scores read (the activations found lie before them).
+        heads: The head ops stripped or passed (never activations).
+        base: The tensor the default feature map is looked for behind.
+        head: The main output's head name (bypassed for classes), or None.
+        num_classes: Classes of the main output (``(B, C)`` or ``(B, H', W', C)``), else 0.
+        output_shape: The main output's shape.
+    """
+
+    scores: tf.Tensor
+    targets: tf.Tensor
+    probabilities: tf.Tensor
+    class_probabilities: tf.Tensor
+    resolved: list
+    ends: list
+    heads: list
+    base: tf.Tensor
+    head: str | None
+    num_classes: int
+    output_shape: tuple
+
+
+def score(model, raw, columns: tuple[Column, ...], classes, data) -> Scored:
+    """The K columns' scores on the model's output ``raw`` (traced), ``classes`` int32
+    ``(B, K)``, ``data`` K float32 tensors."""
+    batch = tf.shape(_flat_tensors(raw)[0])[0]
+    nan = tf.fill([batch], float("nan"))
+    empty = tf.zeros([batch, 0], tf.float32)
+    scores, targets, probabilities, resolved, ends, heads = [], [], [], [], [], []
+    class_probabilities, main = None, None
+    for position, column in enumerate(columns):
+        selected = select(model, raw, column.output)
+        if column.kind in ("score", "probe"):
+            tensors = _flat_tensors(selected)
+            if column.kind == "probe":
+                parts = []
+                for tensor in tensors:
+                    logits, _, head_op = _graph.find_logits(tensor)
+                    heads += [head_op] if head_op is not None else []
+                    ends.append(logits)
+                    flat = tf.reshape(tf.cast(logits, tf.float32), [batch, -1])
+                    parts.append(tf.reduce_sum(flat, axis=1))
+                value = tf.add_n(parts)
+            else:
+                value = _user_score(column.function, selected, batch)
+                ends += tensors
+            main = main or (tensors[0], None, 0)
+            scores.append(value)
+            targets.append(tf.fill([batch], -1))
+            probabilities.append(nan)
+            resolved.append(empty)
+            continue
+        needs = {"class": "a class target", "unit": "a Unit target",
+                 "region": "a Region target", "similar": "a Similarity target"}[column.kind]
+        output = _one_tensor(model, raw, selected, column, needs)
+        logits, head, head_op = _graph.find_logits(output)
+        heads += [head_op] if head_op is not None else []
+        if column.kind == "class":
+            if logits.shape.rank != 2:
+                raise NotAClassifier(
+                    f"the model's output{_named(column)} has shape {tuple(output.shape)}; a "
+                    "class target needs (batch, classes): name a target that fits it "
+                    "(Region(c) for a map, Unit(i), Similarity(reference), a score function)")
+            class_scores, class_probs = _graph.class_scores(logits, output, head)
+            ranked = tf.argsort(class_scores, axis=-1, direction="DESCENDING", stable=True)
+            wanted = classes[:, position]
+            rank = tf.minimum(-wanted - 1, tf.shape(class_scores)[-1] - 1)
+            chosen = tf.where(wanted < 0, tf.gather(ranked, tf.maximum(rank, 0), batch_dims=1),
+                              wanted)
+            scores.append(tf.gather(class_scores, chosen, batch_dims=1))
+            targets.append(chosen)
+            probabilities.append(tf.gather(class_probs, chosen, batch_dims=1))
+            resolved.append(empty)
+            ends.append(logits)
+            if class_probabilities is None:
+                class_probabilities = class_probs
+            main = main or (output, head, int(class_scores.shape[-1]))
+        elif column.kind == "unit":
+            flat = tf.reshape(tf.cast(output, tf.float32), [batch, -1])
+            index = _flat_index(column.index, output, column)
+            scores.append(flat[:, index])
+            targets.append(tf.fill([batch], index))
+            probabilities.append(nan)
+            resolved.append(empty)
+            ends.append(output)
+            main = main or (output, head, _classes_of(output))
+        elif column.kind == "region":
+            if logits.shape.rank != 4:
+                raise ArgumentError(
+                    f"a Region target needs an output of shape (batch, H', W', classes); "
+                    f"the model's output{_named(column)} has shape {tuple(output.shape)}")
+            count = int(logits.shape[-1])
+            if column.index >= count:
+                raise ArgumentError(
+                    f"Region class {column.index} is out of range: the output{_named(column)} "
+                    f"has {count} classes (0..{count - 1})")
+            values = tf.cast(logits, tf.float32)
+            if column.auto:
+                mask = tf.cast(tf.equal(tf.argmax(values, axis=-1, output_type=tf.int32),
+                                        column.index), tf.float32)
+            else:
+                given = data[position][..., None]
+                size = tf.shape(values)[1:3]
+                mask = tf.cast(tf.image.resize(given, size, method="nearest")[..., 0] != 0,
+                               tf.float32)
+            mask = tf.stop_gradient(mask)
+            scores.append(tf.reduce_sum(values[..., column.index] * mask, axis=[1, 2]))
+            targets.append(tf.fill([batch], column.index))
+            probs = _probabilities(values, output, head)[..., column.index]
+            probabilities.append(tf.math.divide_no_nan(tf.reduce_sum(probs * mask, axis=[1, 2]),
+                                                       tf.reduce_sum(mask, axis=[1, 2])))
+            resolved.append(mask)
+            ends.append(logits)
+            main = main or (output, head, count)
+        elif column.kind == "similar":
+            flat = tf.reshape(tf.cast(output, tf.float32), [batch, -1])
+            reference = data[position]
+            size, given = flat.shape[-1], reference.shape[-1]
+            if size is not None and given is not None and size != given:
+                raise ArgumentError(
+                    f"the Similarity reference has {given} values; the output"
+                    f"{_named(column)} has {size} per image (shape {tuple(output.shape)})")
+            dot = tf.reduce_sum(flat * reference, axis=1)
+            norms = tf.norm(flat, axis=1) * tf.norm(reference, axis=1)
+            scores.append(tf.math.divide_no_nan(dot, norms))
+            targets.append(tf.fill([batch], -1))
+            probabilities.append(nan)
+            resolved.append(reference)
+            ends.append(output)
+            main = main or (output, head, 0)
+    base_tensor, head, num_classes = main
+    return Scored(
+        scores=tf.stack(scores, axis=1), targets=tf.stack(targets, axis=1),
+        probabilities=tf.stack(probabilities, axis=1),
+        class_probabilities=(class_probabilities if class_probabilities is not None
+                             else tf.zeros([batch, 0], tf.float32)),
+        resolved=resolved, ends=ends, heads=heads, base=ends[0] if ends else base_tensor,
+        head=head, num_classes=num_classes, output_shape=tuple(base_tensor.shape))
+
+
+def _named(column: Column) -> str:
+    return "" if column.output is None else f" {column.output!r}"
+
+
+def _classes_of(output) -> int:
+    return int(output.shape[-1]) if output.shape.rank in (2, 4) and output.shape[-1] else 0
+
+
+def _probabilities(logits, output, head):
+    if head in ("softmax", "sigmoid"):
+        return tf.cast(output, tf.float32)
+    if head == "log_softmax":
+        return tf.exp(tf.cast(output, tf.float32))
+    return tf.nn.softmax(logits) if logits.shape[-1] != 1 else tf.sigmoid(logits)
+
+
+def _flat_index(index, output, column: Column) -> int:
+    shape = tuple(output.shape[1:])
+    if any(side is None for side in shape):
+        if isinstance(index, tuple) or len(shape) != 1:
+            raise ArgumentError(f"a Unit target needs an output of fixed shape; the output"
+                                f"{_named(column)} has shape {tuple(output.shape)}")
+    size = int(np.prod(shape)) if shape and None not in shape else None
+    if isinstance(index, tuple):
+        if len(index) != len(shape) or any(i >= s for i, s in zip(index, shape)):
+            raise ArgumentError(f"Unit index {index} does not fit the output{_named(column)} "
+                                f"of shape {tuple(output.shape)}")
+        return int(np.ravel_multi_index(index, shape))
+    if size is not None and index >= size:
+        raise ArgumentError(f"Unit index {index} is out of range: the output{_named(column)} "
+                            f"has {size} units per image (shape {tuple(output.shape)})")
+    return int(index)
+
+
+def _user_score(function, selected, batch) -> tf.Tensor:
+    value = tf.convert_to_tensor(function(selected))
+    if value.shape.rank != 1:
+        shape = ", ".join("batch" if side is None else str(side)
+                          for side in (value.shape if value.shape.rank is not None else ()))
+        raise ArgumentError(
+            f"the score function returned shape ({shape}): it must return one score per "
+            "image, shape (batch,)")
+    if not (value.dtype.is_floating or value.dtype.is_integer):
+        raise ArgumentError(f"the score function returned dtype {value.dtype.name}: it must "
+                            "return numbers")
+    return tf.cast(value, tf.float32)

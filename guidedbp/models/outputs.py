@@ -1,0 +1,169 @@
+"""What a model outputs: each output's name, shape, head activation and the targets it fits.
+
+A model may output class scores, one regression value, a segmentation map, an
+embedding, or several of these by name. :func:`model_outputs` traces the model once on a
+symbolic batch and describes each output as an :class:`OutputInfo`, read off the traced
+graph: the last op before the output (behind ``Identity`` and ``Cast``) says whether a
+softmax or sigmoid head turns its logits into probabilities. Names follow the engine's
+``output=``: a dict's keys, else the model's ``output_names``, else ``output_0``...
+
+>>> OutputInfo("seg", (None, 64, 64, 3), "softmax").targets
+('region', 'unit', 'score')
+>>> OutputInfo("age", (None, 1), None).describe_targets()
+'unit (regression) / class (binary), score function (API)'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["TARGET_KINDS", "OutputInfo", "behind_head", "model_outputs", "output_names",
+           "select_output"]
+
+#: The target kinds an output may fit, as ``--target`` spells them (``score``: a score
+#: function, through the API only).
+TARGET_KINDS = ("class", "unit", "region", "similar", "score")
+
+# Ops a head's result passes through unchanged on its way out of the model.
+_PASS_THROUGH_OPS = ("Identity", "Cast", "StopGradient")
+# Ops that turn logits into probabilities, by the head's name.
+_HEAD_OPS = {"Softmax": "softmax", "Sigmoid": "sigmoid", "LogSoftmax": "log_softmax"}
+
+
+@dataclass(frozen=True)
+class OutputInfo:
+    """One model output, as the engine's ``output=`` names it.
+
+    Attributes:
+        name: Its name (a dict key, a Keras output layer's name, ``output_0``...).
+        shape: Its shape, ``None`` for the batch and for free dimensions.
+        head: ``"softmax"``, ``"sigmoid"`` or ``"log_softmax"`` where such an op makes
+            it, else ``None`` (the output is raw: logits, a regression, an embedding).
+    """
+
+    name: str
+    shape: tuple
+    head: str | None
+
+    @property
+    def classes(self) -> int:
+        """How many classes a class or region target may name: ``C`` of ``(batch, C)``
+        (2 for a single unit: a binary classifier) or of ``(batch, H, W, C)``; 0 for
+        other shapes or a free ``C``."""
+        last = self.shape[-1] if len(self.shape) in (2, 4) else None
+        if last is None:
+            return 0
+        return 2 if len(self.shape) == 2 and last == 1 else int(last)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The :data:`TARGET_KINDS` that fit this output, the likeliest first.
+
+        ``(batch, 1)``: unit (a regression) or class (a binary classifier); ``(batch, C)``
+        behind a softmax or sigmoid head: class, unit; ``(batch, D)`` with no head: unit,
+        similar (an embedding), class (should it be a classifier's logits);
+        ``(batch, H, W, C)``: region, unit; any other: unit. Every output fits a score
+        function.
+        """
+        rank = len(self.shape)
+        if rank == 2 and self.shape[1] == 1:
+            kinds = ("unit", "class")
+        elif rank == 2 and self.head is not None:
+            kinds = ("class", "unit")
+        elif rank == 2:
+            kinds = ("unit", "similar", "class")
+        elif rank == 4:
+            kinds = ("region", "unit")
+        else:
+            kinds = ("unit",)
+        return (*kinds, "score")
+
+    def describe_targets(self) -> str:
+        """:attr:`targets` in words: ``"region, unit, score function (API)"``."""
+        if len(self.shape) == 2 and self.shape[1] == 1:
+            fitting = ["unit (regression) / class (binary)"]
+        elif len(self.shape) == 2 and self.head is None:
+            fitting = ["unit", "similar", "class (if logits)"]
+        else:
+            fitting = [kind for kind in self.targets if kind != "score"]
+        return ", ".join([*fitting, "score function (API)"])
+
+    def as_dict(self) -> dict:
+        """The JSON form: ``name``, ``shape`` (``None`` for the batch), ``head``,
+        ``targets``."""
+        return {"name": self.name, "shape": list(self.shape), "head": self.head,
+                "targets": list(self.targets)}
+
+
+def model_outputs(model, image_shape: tuple) -> list[OutputInfo]:
+    """Describe each output of ``model`` for images of ``(H, W, C)`` ``image_shape``.
+
+    Traces ``model(images, training=False)`` once on a symbolic batch; nothing runs.
+
+    Args:
+        model: A ``keras.Model``, a :class:`~guidedbp.models.frozen.FrozenGraph` or any
+            callable taking ``(N, H, W, C)`` float images; its output is a tensor, or a
+            list or dict of them.
+        image_shape: ``(H, W, C)``; ``None`` for a free dimension.
+
+    Returns:
+        One :class:`OutputInfo` per output, in the model's order.
+    """
+    import tensorflow as tf
+
+    def forward(images):
+        return model(images, training=False)
+
+    spec = tf.TensorSpec((None, *image_shape), tf.float32)
+    traced = tf.function(forward, autograph=False).get_concrete_function(spec)
+    raw = traced.structured_outputs
+    tensors = list(raw.values()) if isinstance(raw, dict) else (
+        list(raw) if isinstance(raw, (list, tuple)) else [raw])
+    return [OutputInfo(name, tuple(tensor.shape), behind_head(tensor)[1])
+            for name, tensor in zip(output_names(model, raw), tensors)]
+
+
+def output_names(model, raw) -> list[str]:
+    """The names of ``raw``'s outputs, in order: a dict's keys, else ``model``'s
+    ``output_names`` where they count as many, else ``output_0``... (``output`` alone)."""
+    if isinstance(raw, dict):
+        return [str(key) for key in raw]
+    count = len(raw) if isinstance(raw, (list, tuple)) else 1
+    names = list(getattr(model, "output_names", None) or [])
+    if len(names) != count:
+        names = [f"output_{index}" for index in range(count)] if count > 1 else ["output"]
+    return names
+
+
+def select_output(model, raw, output: str | int | None):
+    """The output ``output`` names in ``raw`` (a model's output: a tensor, list or dict),
+    by name (see :func:`output_names`) or position; ``None``: ``raw`` itself.
+
+    Raises:
+        ValueError: For a name or position the model does not have.
+    """
+    if output is None:
+        return raw
+    names = output_names(model, raw)
+    if isinstance(output, str):
+        if output not in names:
+            raise ValueError(f"{output!r} is not an output of the model ({', '.join(names)})")
+        index = names.index(output)
+    elif not 0 <= int(output) < len(names):
+        raise ValueError(f"output {output} is out of range: the model has {len(names)}")
+    else:
+        index = int(output)
+    if isinstance(raw, dict):
+        return raw[list(raw)[index]]
+    return raw[index] if isinstance(raw, (list, tuple)) else raw
+
+
+def behind_head(tensor):
+    """``(logits, head)``: the input of the softmax or sigmoid op that makes ``tensor`` (a
+    traced graph's tensor, behind ``Identity`` and ``Cast``) and that head's name; or
+    ``(tensor, None)`` where no such op makes it."""
+    found = tensor
+    while found.op.type in _PASS_THROUGH_OPS and found.op.inputs:
+        found = found.op.inputs[0]
+    head = _HEAD_OPS.get(found.op.type)
+    return (found.op.inputs[0], head) if head is not None else (tensor, None)

@@ -1,0 +1,456 @@
+"""What an explain run explains beyond a class: target specs, checked against the model.
+
+A spec is text, as ``guidedbp explain --target`` takes it and the manifest records it::
+
+    class:C         class C, by index or name (the logit behind a softmax/sigmoid head)
+    unit:I          one raw output unit: a flat index, or I,J,K one index per output axis
+    region:C        class C's logits summed over a segmentation map's region of C
+    similar:IMAGE   cosine similarity of the output to IMAGE's (an embedding)
+
+:func:`parse_target` turns one into a :class:`TargetSpec` (no TensorFlow, no model);
+:func:`plan_targets` checks a run's specs against the loaded model's outputs, before any
+input is read, and resolves them into a :class:`TargetPlan` that every stage reads.
+
+>>> parse_target("unit:1, 2,0").text, parse_target("region:circle").value
+('unit:1,2,0', 'circle')
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+from dataclasses import dataclass
+
+from guidedbp._text import did_you_mean, plural
+from guidedbp.errors import ArgumentError
+from guidedbp.models.labels import resolve_class
+from guidedbp.pipeline.naming import class_slug, target_slug
+
+#: The target kinds of a spec, in the order the help lists them.
+KINDS = ("class", "unit", "region", "similar")
+#: How each kind is written.
+FORMS = {"class": "class:C", "unit": "unit:I", "region": "region:C", "similar": "similar:IMAGE"}
+_EXPECTED = "expected class:C, unit:I (or unit:I,J,K), region:C or similar:IMAGE"
+_INDEX = re.compile(r"[0-9]+")
+
+
+class TargetSpecError(ArgumentError):
+    """A target spec that does not parse: one line naming it and what was expected."""
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """One parsed target spec.
+
+    Attributes:
+        kind: One of :data:`KINDS`.
+        value: A class or region class (an int index or a name), a unit (an int, or a
+            tuple of ints), or a reference image's path as given.
+        text: The spec written back (``unit:1,2,0``): how manifests record it.
+    """
+
+    kind: str
+    value: int | str | tuple[int, ...]
+    text: str
+
+    def as_target(self):
+        """This spec as :class:`guidedbp.Explainer` takes it: an int or a class name for
+        ``class:``, a :class:`~guidedbp.targets.Unit`, :class:`~guidedbp.targets.Region`
+        (index or name) or :class:`~guidedbp.targets.Similarity` (the image file, which
+        the explainer decodes and stretches to the model's size).
+
+        >>> parse_target("unit:2").as_target().label
+        'unit:2'
+        """
+        from guidedbp.targets import Region, Similarity, Unit
+
+        if self.kind == "class":
+            return self.value
+        if self.kind == "unit":
+            return Unit(self.value)
+        if self.kind == "region":
+            return Region(self.value)
+        return Similarity(self.value)
+
+
+def parse_target(text: str) -> TargetSpec:
+    """A target spec (``class:C``, ``unit:I``, ``unit:I,J,K``, ``region:C``,
+    ``similar:IMAGE``) as a :class:`TargetSpec`.
+
+    Raises:
+        TargetSpecError: One line naming the spec, what was expected, and a close kind
+            for a misspelt one.
+
+    >>> parse_target("class:3"), parse_target("similar:refs/a.jpg").value
+    (TargetSpec(kind='class', value=3, text='class:3'), 'refs/a.jpg')
+    >>> parse_target("regoin:1")
+    Traceback (most recent call last):
+    ...
+    guidedbp.pipeline.targets.TargetSpecError: unknown target kind 'regoin' in 'regoin:1' \
+(did you mean 'region'?): expected class:C, unit:I (or unit:I,J,K), region:C or similar:IMAGE
+    """
+    if isinstance(text, TargetSpec):
+        return text
+    if not isinstance(text, str):
+        raise TargetSpecError(f"target {text!r} is not a spec: {_EXPECTED}")
+    kind, colon, value = text.strip().partition(":")
+    kind = kind.strip().lower()
+    if not colon:
+        hint = f" (did you mean 'class:{kind}'?)" if _INDEX.fullmatch(kind) else ""
+        raise TargetSpecError(f"target {text!r} is not KIND:VALUE{hint}: {_EXPECTED}")
+    if kind not in KINDS:
+        hint = did_you_mean(kind, KINDS)
+        raise TargetSpecError(f"unknown target kind {kind!r} in {text!r}"
+                              + (f" ({hint})" if hint else "") + f": {_EXPECTED}")
+    value = value.strip() if kind != "similar" else value
+    if not value.strip():
+        raise TargetSpecError(f"target {text!r} names no {kind}: expected {FORMS[kind]}")
+    if kind == "unit":
+        parts = [part.strip() for part in value.split(",")]
+        if not all(_INDEX.fullmatch(part) for part in parts):
+            raise TargetSpecError(
+                f"target {text!r}: a unit is a non-negative index (unit:2) or one index per "
+                "output axis (unit:4,7,1)")
+        index = tuple(int(part) for part in parts)
+        unit = index[0] if len(index) == 1 else index
+        return TargetSpec("unit", unit, f"unit:{','.join(map(str, index))}")
+    if kind in ("class", "region"):
+        parsed = int(value) if _INDEX.fullmatch(value) else value
+        return TargetSpec(kind, parsed, f"{kind}:{parsed}")
+    return TargetSpec("similar", value, f"similar:{value}")
+
+
+# -- the model's outputs ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelOutput:
+    """One output of the model: its name, position and shape (``None`` for free axes)."""
+
+    name: str
+    index: int
+    shape: tuple
+
+    def __str__(self) -> str:
+        return f"{self.name!r} {_shape(self.shape)}"
+
+
+def _shape(shape: tuple) -> str:
+    return "(" + ", ".join(str(side) for side in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def model_outputs(model, fallback_shape: tuple | None = None) -> tuple[ModelOutput, ...] | None:
+    """The outputs of a Keras model, by its ``outputs`` and ``output_names``; for any other
+    callable one output of ``fallback_shape`` (``None`` when that is not given)."""
+    try:
+        tensors = list(model.outputs)
+        shapes = [tuple(tensor.shape) for tensor in tensors]
+    except (AttributeError, TypeError, ValueError):
+        tensors = []
+    if not tensors:
+        if fallback_shape is None:
+            return None
+        return (ModelOutput("output", 0, tuple(fallback_shape)),)
+    names = [str(name) for name in (getattr(model, "output_names", None) or [])]
+    if len(names) != len(shapes):
+        names = [f"output_{i}" for i in range(len(shapes))] if len(shapes) > 1 else ["output"]
+    return tuple(ModelOutput(name, index, shape)
+                 for index, (name, shape) in enumerate(zip(names, shapes)))
+
+
+def select_output(outputs: tuple[ModelOutput, ...], wanted) -> ModelOutput | None:
+    """The output ``wanted`` names (``None``: the only one, or ``None`` among several).
+
+    Raises:
+        ArgumentError: An unknown name or an index out of range, listing the outputs.
+    """
+    listed = ", ".join(map(str, outputs))
+    if wanted is None:
+        return outputs[0] if len(outputs) == 1 else None
+    if isinstance(wanted, str):
+        for output in outputs:
+            if output.name == wanted:
+                return output
+        hint = did_you_mean(wanted, [output.name for output in outputs])
+        raise ArgumentError(f"model_output={wanted!r} is not an output of the model"
+                            + (f" ({hint})" if hint else "") + f": its outputs are {listed}")
+    if not 0 <= wanted < len(outputs):
+        raise ArgumentError(f"model_output={wanted} is out of range: the model has "
+                            f"{plural(len(outputs), 'output')} ({listed})")
+    return outputs[wanted]
+
+
+# -- a run's targets, checked and resolved ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedTarget:
+    """One target of a run, resolved against the model (picklable).
+
+    Attributes:
+        kind: One of :data:`KINDS`.
+        spec: The spec as manifests record it (``region:circle``).
+        index: A class or region class index, a unit's flat index; ``None`` for
+            similarities.
+        unit: A unit as given (an int or a tuple), for the engine.
+        name: The class name, where the labels give one.
+        reference: A similarity's reference image as given.
+        reference_path: Its absolute path (workers may run elsewhere).
+        reference_sha256: The reference file's digest: a resumed run keys on it.
+        slug: The part of its output file names (``unit-2``, ``region-1-circle``).
+    """
+
+    kind: str
+    spec: str
+    index: int | None = None
+    unit: int | tuple | None = None
+    name: str | None = None
+    reference: str | None = None
+    reference_path: str | None = None
+    reference_sha256: str | None = None
+    slug: str = ""
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """A run's targets (when it names any, or a model output), checked against the model.
+
+    Attributes:
+        targets: The explicit targets, in order; empty: each image's ``top_k`` classes.
+        top_k: Classes ranked per image when ``targets`` is empty.
+        output: The model output read (``model_output``), ``None`` for the only one.
+        shape: That output's shape.
+        mask_dir: The region masks' folder (absolute), or ``None``.
+        named: Whether output file names carry the target.
+    """
+
+    targets: tuple[PlannedTarget, ...]
+    top_k: int = 1
+    output: str | int | None = None
+    shape: tuple = ()
+    mask_dir: str | None = None
+    named: bool = False
+
+    @property
+    def has_regions(self) -> bool:
+        return any(target.kind == "region" for target in self.targets)
+
+    def identity(self, target: PlannedTarget, mask: str | None = None,
+                 mask_sha256: str | None = None) -> dict:
+        """The manifest's ``target`` object of ``target`` (``pixels`` added by the caller),
+        whose keys (all but ``pixels``) a resumed run must find unchanged."""
+        record = {"spec": target.spec, "kind": target.kind, "output": self.output,
+                  "index": target.index, "name": target.name}
+        if target.kind == "similar":
+            record.update(reference=target.reference,
+                          reference_sha256=target.reference_sha256)
+        if target.kind == "region" and self.mask_dir is not None:
+            record.update(mask=mask, mask_sha256=mask_sha256)
+        return record
+
+
+def plan_targets(options, outputs: tuple[ModelOutput, ...], labels) -> TargetPlan | None:
+    """Check what a run's :class:`~guidedbp.pipeline.options.ClassOptions` ask of the
+    model and resolve its targets; ``None`` for a plain class run (no targets, no model
+    output named), which reads the model's one ``(batch, classes)`` output as ever.
+
+    Raises:
+        ArgumentError: One line for each combination that cannot mean anything: an
+            unknown output, a class target (or ``top_k``) on an output that is no
+            ``(batch, classes)``, or on a model with several outputs and none chosen,
+            ``top_k`` beside other targets, a region on an output that is no
+            ``(batch, H', W', classes)``, a unit out of range, a class or region class
+            that does not exist, ``mask_dir`` with no region target, a reference image
+            that cannot be read, two targets that would write the same files.
+    """
+    chosen = select_output(outputs, options.model_output)
+    specs = [TargetSpec("class", value, f"class:{value}") for value in options.classes]
+    specs += list(options.targets)
+    others = [spec for spec in specs if spec.kind != "class"]
+    if options.mask_dir is not None and not any(spec.kind == "region" for spec in specs):
+        raise ArgumentError(f"mask_dir={options.mask_dir!r} gives masks to region targets: add "
+                            "one with targets=region:CLASS")
+    if chosen is None and (specs or options.model_output is None):
+        raise ArgumentError(f"the model has {plural(len(outputs), 'output')} "
+                            f"({', '.join(map(str, outputs))}): choose one with "
+                            "model_output=NAME_OR_INDEX")
+    where = f"the model's output {chosen.name!r} has shape {_shape(chosen.shape)}"
+    if options.top_k and others:
+        raise ArgumentError(f"top_k={options.top_k} ranks the classes of a (batch, classes) "
+                            f"output: it cannot go with targets={others[0].text} ({where})")
+    if options.top_k and specs:
+        raise ArgumentError(f"top_k={options.top_k} and targets={specs[0].text} cannot be "
+                            "used together")
+    if not specs and len(chosen.shape) != 2:
+        wanted = (f"top_k={options.top_k} ranks the classes of a (batch, classes) output; "
+                  if options.top_k else "")
+        raise ArgumentError(f"{wanted}{where}: name a target with "
+                            f"targets={_fitting(chosen.shape)}")
+    if not options.targets and options.model_output is None:
+        if specs and len(chosen.shape) != 2:  # a plain class run: its classes, as ever
+            raise ArgumentError(f"classes={specs[0].value} needs a (batch, classes) output; "
+                                f"{where}: name a target that fits it with "
+                                f"targets={_fitting(chosen.shape)}")
+        return None
+    resolved = tuple(_resolve(spec, chosen, labels, options.classes) for spec in specs)
+    _check_unique(resolved)
+    mask_dir = None if options.mask_dir is None else os.path.abspath(options.mask_dir)
+    return TargetPlan(resolved, options.top_k or 1, options.model_output, chosen.shape,
+                      mask_dir, named=bool(resolved or options.top_k))
+
+
+def _fitting(shape: tuple) -> str:
+    """The target forms that fit an output of ``shape`` (not a classifier's)."""
+    return "region:CLASS, unit:I or similar:IMAGE" if len(shape) == 4 else \
+        "unit:I or similar:IMAGE"
+
+
+def _count(side) -> int | None:
+    return None if side is None else int(side)
+
+
+def _resolve(spec: TargetSpec, output: ModelOutput, labels, classes: tuple) -> PlannedTarget:
+    """One spec checked against ``output`` and resolved."""
+    shape = output.shape
+    where = f"the model's output {output.name!r} has shape {_shape(shape)}"
+    given = (f"classes={spec.value}" if spec.kind == "class" and spec.value in classes
+             else f"targets={spec.text}")
+    if spec.kind == "class":
+        if len(shape) != 2:
+            raise ArgumentError(f"{given} needs a (batch, classes) output; {where}: name a "
+                                f"target that fits it with targets={_fitting(shape)}")
+        count = _count(shape[-1])
+        index = _class_index(spec, labels, 2 if count == 1 else count, given)
+        name = labels[index] if labels is not None and index < len(labels) else None
+        return PlannedTarget("class", spec.text, index, name=name,
+                             slug=class_slug(index, labels))
+    if spec.kind == "region":
+        if len(shape) != 4:
+            raise ArgumentError(f"{given} needs an output of shape (batch, H', W', classes); "
+                                f"{where}")
+        index = _class_index(spec, labels, _count(shape[-1]), given)
+        name = labels[index] if labels is not None and index < len(labels) else None
+        return PlannedTarget("region", spec.text, index, name=name,
+                             slug=target_slug("region", index, name))
+    if spec.kind == "unit":
+        flat = _flat_unit(spec, shape, where, given)
+        return PlannedTarget("unit", spec.text, flat, unit=spec.value,
+                             slug=target_slug("unit", spec.value))
+    path = os.path.abspath(spec.value)
+    return PlannedTarget("similar", spec.text, None, reference=spec.value, reference_path=path,
+                         reference_sha256=_reference_digest(path, given),
+                         slug=target_slug("similar", os.path.basename(spec.value)))
+
+
+def _class_index(spec: TargetSpec, labels, count: int | None, given: str) -> int:
+    try:
+        return resolve_class(spec.value, labels, count or 2**31 - 1)
+    except ValueError as error:
+        raise ArgumentError(f"{given}: {error}") from None
+
+
+def _flat_unit(spec: TargetSpec, shape: tuple, where: str, given: str) -> int:
+    """A unit's flat index into the output's non-batch axes (C order), checked."""
+    axes = shape[1:]
+    index = spec.value if isinstance(spec.value, tuple) else None
+    if index is not None and len(index) != len(axes):
+        raise ArgumentError(f"{given} gives {plural(len(index), 'index', 'indices')}; {where}: "
+                            f"{plural(len(axes), 'axis', 'axes')} after the batch")
+    if any(side is None for side in axes):
+        return spec.value if index is None else -1  # free axes: the engine checks
+    if index is None:
+        size = math.prod(axes)
+        if spec.value >= size:
+            raise ArgumentError(f"{given} is out of range: {where}, "
+                                f"{plural(size, 'unit')} (0..{size - 1})")
+        return spec.value
+    for position, (value, side) in enumerate(zip(index, axes)):
+        if value >= side:
+            raise ArgumentError(f"{given} is out of range: {where}, {side} along axis "
+                                f"{position + 1} (0..{side - 1})")
+    flat = 0
+    for value, side in zip(index, axes):
+        flat = flat * side + value
+    return flat
+
+
+def _reference_digest(path: str, given: str) -> str:
+    """The reference file's SHA-256 (16 hex digits); one line when it cannot be read."""
+    from guidedbp.io.images import ImageError, decode_image
+
+    try:
+        decode_image(path, channels=3)
+        return file_digest(path)
+    except ImageError as error:
+        raise ArgumentError(f"{given}: {error.reason}") from None
+    except OSError as error:
+        raise ArgumentError(f"{given}: cannot read it ({error.strerror or error})") from None
+
+
+def file_digest(path: str) -> str:
+    """The first 16 hex digits of a file's SHA-256."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def _check_unique(targets: tuple[PlannedTarget, ...]) -> None:
+    """Refuse a target listed twice, or two whose files would share a name."""
+    listed: dict[tuple, PlannedTarget] = {}
+    named: dict[str, PlannedTarget] = {}
+    for target in targets:
+        key = (target.kind, target.index, target.unit, target.reference_path)
+        if key in listed:
+            raise ArgumentError(f"targets={target.spec} is listed twice (as "
+                                f"{listed[key].spec})")
+        clash = named.get(target.slug.casefold())
+        if clash is not None:
+            raise ArgumentError(f"targets={clash.spec} and targets={target.spec} would write "
+                                f"the same files (.{target.slug}.*): give the references "
+                                "different file names")
+        listed[key], named[target.slug.casefold()] = target, target
+
+
+def ranked_target(index: int, labels) -> PlannedTarget:
+    """The target of a class found by rank (each image's top one, or top k)."""
+    name = labels[index] if labels is not None and index < len(labels) else None
+    return PlannedTarget("class", f"class:{index}", index, name=name,
+                         slug=class_slug(index, labels))
+
+
+def describe(target: PlannedTarget, value: float, probability: float,
+             pixels: int | None = None) -> str:
+    """How panels, figures and the manifest name an explained target:
+    ``class:3 tabby p=0.912``, ``unit:2 = 0.73``, ``region:circle (1,234 px)``,
+    ``similar:ref.jpg = 0.91``.
+
+    >>> describe(PlannedTarget("region", "region:1", 1, name="circle"), 3.5, 0.8, 1234)
+    'region:circle (1,234 px)'
+    >>> describe(PlannedTarget("unit", "unit:2", 2), 0.7304, float("nan"))
+    'unit:2 = 0.73'
+    """
+    if target.kind == "class":
+        name = f" {target.name}" if target.name else ""
+        return f"class:{target.index}{name} p={probability:.3f}"
+    if target.kind == "region":
+        return f"region:{target.name or target.index} ({pixels or 0:,} px)"
+    if target.kind == "similar":
+        return f"similar:{os.path.basename(target.reference)} = {short_number(value)}"
+    return f"{target.spec} = {short_number(value)}"
+
+
+def short_number(value: float) -> str:
+    """A score as a person reads it: three significant digits, whole numbers from 1,000.
+
+    >>> short_number(0.7304), short_number(-12.345), short_number(123456.7), short_number(0.0)
+    ('0.73', '-12.3', '123,457', '0')
+    """
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if value else "0"

@@ -1,0 +1,225 @@
+"""The explain pipeline's last stage: render and write one input's outputs, and its
+manifest record.
+
+:func:`outcome` takes what :func:`~guidedbp.pipeline.stages.explain` made of an input
+(or why it failed) and writes its maps, panels and figures atomically under OUT, never
+through a link nor over a file guidedbp did not write; :func:`record` is the manifest
+line every runner delivers.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import numpy as np
+
+from guidedbp._text import one_line
+from guidedbp.caveats import Caveat, unique
+from guidedbp.engine.methods import method
+from guidedbp.figures import is_own_figure, is_whole_figure
+from guidedbp.io.inputs import InputItem
+from guidedbp.io.write import atomic_write_bytes, is_own_png, is_whole_png, save_npy, save_png
+from guidedbp.models.preprocess import resize_map, resize_picture
+from guidedbp.pipeline.naming import label_of
+from guidedbp.pipeline.stages import Explained, Plan, Prepared, is_npy
+from guidedbp.pipeline.targets import PlannedTarget, describe, ranked_target
+from guidedbp.render import Column, render, render_column, render_panel
+
+
+def outcome(plan: Plan, prepared: Prepared, explained: list[Explained] | None) -> dict:
+    """Write one input's outputs and return its manifest record.
+
+    ``explained`` is the input's entry of :func:`~guidedbp.pipeline.stages.explain`,
+    ``None`` when it has none: it failed (``prepared.error``) or was carried over from an
+    earlier run. A failed write (disk full, permissions, a file of the user's in the way,
+    no memory left) fails that input, not the run.
+    """
+    item = prepared.item
+    if prepared.error is not None:
+        return record(plan, item, "error", prepared.error, [])
+    if prepared.carried is not None:
+        return prepared.carried
+    try:
+        return _write(plan, prepared, explained)
+    except (OSError, ValueError) as error:
+        return record(plan, item, "error", one_line(error), [])
+    except MemoryError:
+        return record(plan, item, "error", "out of memory while rendering its maps", [])
+
+
+def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
+    options, labels, naming = plan.options, plan.feed.labels, plan.naming
+    style = options.render.style
+    targets = []
+    caveats: list[Caveat] = []
+    for entry in explained:
+        caveats += entry.caveats
+        planned = entry.planned
+        if planned is None and plan.targets is not None:
+            planned = ranked_target(entry.target, labels)
+        outputs, raw = naming.paths(prepared.item.output_stem,
+                                    entry.target if planned is None else planned.slug)
+        for relative in [*outputs.values(), *(path for _, path in naming.raw_items(raw))]:
+            _check_target(plan, relative, outputs.values())
+        if options.render.output_size == "original":
+            shown = {m: prepared.placement.to_original(v) for m, v in entry.maps.items()}
+            picture = prepared.original
+        else:
+            shown, picture = entry.maps, prepared.fitted
+        label = label_of(entry.target, labels)
+        if planned is None:
+            named_class = f"{label} (class {entry.target})" if label else f"class {entry.target}"
+            title = f"{named_class} p={entry.probability:.3f}"
+        else:
+            title = describe(planned, entry.value, entry.probability, entry.pixels)
+        caption = title
+        if len(options.methods) == 1:  # a comparison panel titles its columns instead
+            caption = f"{options.methods[0]}: {caption}"
+        for key, relative in outputs.items():
+            if key == "figure":
+                _write_figure(plan, os.path.join(plan.output, relative), picture, shown,
+                              title, entry.caveats)
+                continue
+            if key == "panel" and len(shown) > 1:
+                array = comparison_panel(shown, picture, caption, style, options.render.tile,
+                                         entry.caveats)
+            else:
+                name_of_method, _, name = key.rpartition(".")
+                name_of_method = name_of_method or options.methods[0]
+                lines = [c.line for c in entry.caveats if c.concerns(name_of_method)]
+                array = render(name, shown[name_of_method], picture, caption=caption,
+                               caveats=lines, **options.render.panel_style)
+            save_png(os.path.join(plan.output, relative), array)
+        for name_of_method, relative in naming.raw_items(raw):
+            save_npy(os.path.join(plan.output, relative),
+                     entry.maps[name_of_method].astype(np.float32))
+        if planned is None:
+            targets.append({"class": entry.target, "label": label,
+                            "score": round(entry.probability, 6), "outputs": outputs,
+                            "raw": raw,
+                            "caveats": [caveat.as_record() for caveat in entry.caveats]})
+        else:
+            targets.append(_target_record(plan, prepared, entry, planned, outputs, raw, title))
+    return record(plan, prepared.item, "ok", None, targets, caveats)
+
+
+def _target_record(plan: Plan, prepared: Prepared, entry: Explained, planned: PlannedTarget,
+                   outputs: dict, raw, description: str) -> dict:
+    """One target's manifest entry in a run with targets: a class's fields as ever (a
+    target's index as its class, its value as its score where it has no probability),
+    then ``target`` (what was explained, :meth:`TargetPlan.identity`), ``value`` (the
+    score differentiated) and ``description``."""
+    identity = plan.targets.identity(planned, prepared.mask_file, prepared.mask_sha256)
+    if planned.kind == "region":
+        identity["pixels"] = entry.pixels
+    is_class = planned.kind == "class"
+    return {"class": None if planned.kind == "similar" else entry.target,
+            "label": planned.name,
+            "score": round(entry.probability if is_class else entry.value, 6),
+            "outputs": outputs, "raw": raw,
+            "caveats": [caveat.as_record() for caveat in entry.caveats],
+            "target": identity, "value": round(entry.value, 6), "description": description}
+
+
+#: Figures are drawn one at a time: matplotlib's caches are not meant for threads.
+_FIGURE_LOCK = threading.Lock()
+#: A figure's pictures are reduced to this many pixels on their longer side.
+FIGURE_MAX_SIDE = 1024
+
+
+def _write_figure(plan: Plan, path: str, picture: np.ndarray, maps: dict, title: str,
+                  caveats: tuple[Caveat, ...] = ()) -> None:
+    """Draw one explanation's matplotlib figure and write it atomically."""
+    from guidedbp import figures
+
+    output, style = plan.options.output, plan.options.render
+    longer = max(picture.shape[:2])
+    if longer > FIGURE_MAX_SIDE:  # a figure on a page needs no more; a PDF stays small
+        size = tuple(max(1, round(side * FIGURE_MAX_SIDE / longer)) for side in picture.shape[:2])
+        picture = resize_picture(picture, size)
+        maps = {name: resize_map(saliency, size) for name, saliency in maps.items()}
+    with _FIGURE_LOCK:
+        figure = figures.draw(picture, maps, title, cmap=style.cmap, clip=style.clip,
+                              caveats=[caveat.line for caveat in caveats])
+        data = figures.figure_bytes(figure, output.figure, dpi=output.dpi)
+    atomic_write_bytes(path, data)
+
+
+def _check_target(plan: Plan, relative: str, pictures) -> None:
+    """Refuse to write ``OUT/relative`` through a link, or over a file guidedbp did not write.
+
+    Every folder between OUT and the file must be a real folder (a link there would
+    lead outside OUT); an existing file must be one of guidedbp's own: a PNG with its
+    mark, or a raw ``.npy`` that an earlier manifest lists or that sits beside one of
+    the marked ``pictures`` of the same class (they are written before it).
+
+    Raises:
+        OSError: With the reason, which fails this input only.
+    """
+    folder = plan.output
+    for part in relative.split("/")[:-1]:
+        folder = os.path.join(folder, part)
+        if os.path.islink(folder):
+            raise OSError(f"{folder!r} is a symbolic link: refusing to write through it")
+    target = os.path.join(plan.output, relative)
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise OSError(f"{target!r} is a symbolic link: refusing to replace it")
+    if not stat.S_ISREG(mode):
+        raise OSError(f"{target!r} exists and is not a file: refusing to replace it")
+    if relative.endswith(".png"):
+        # The mark decides, not a manifest: a PNG of the user's may have taken its place.
+        # A file the manifest lists that is no whole PNG at all is our own, damaged.
+        if is_own_png(target) or (relative in plan.owned and not is_whole_png(target)):
+            return
+    elif not relative.endswith(".npy"):  # a PDF or SVG figure: the same rule
+        if is_own_figure(target) or (relative in plan.owned and not is_whole_figure(target)):
+            return
+    elif relative in plan.owned or (is_npy(target) and any(
+            is_own_png(os.path.join(plan.output, picture)) for picture in pictures)):
+        return
+    raise OSError(f"{target!r} exists and was not written by guidedbp: refusing to "
+                  "overwrite it")
+
+
+def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict,
+                     tile: int | None, caveats: tuple[Caveat, ...] = ()) -> np.ndarray:
+    """The original, then one titled column per method, each with its colorbar, and a
+    line per caveat under the caption.
+
+    Signed maps (gradients) show as the signed ``color`` render; a non-negative
+    coarse map (Grad-CAM) as its ``overlay`` on the picture.
+    """
+    columns = [Column("original", picture)]
+    for name, saliency in maps.items():
+        drawn = "color" if method(name).signed else "overlay"
+        columns.append(render_column(drawn, saliency, picture, title=name, **style))
+    return render_panel(columns, caption=caption, tile=tile,
+                        caveats=[caveat.line for caveat in caveats])
+
+
+def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict],
+           caveats: list[Caveat] | tuple[Caveat, ...] = ()) -> dict:
+    """One input's manifest record; the first target's fields are repeated at the top,
+    and ``caveats`` (every class's, without repeats) are listed as
+    ``{"code", "text"[, "method"]}`` objects."""
+    first = targets[0] if targets else {}
+    return {
+        "input": item.path,
+        "status": status,
+        "error": error,
+        "class": first.get("class"),
+        "label": first.get("label"),
+        "score": first.get("score"),
+        "method": ",".join(plan.options.methods),
+        "guided": plan.guided,
+        "outputs": first.get("outputs", {}),
+        "raw": first.get("raw"),
+        "targets": targets,
+        "caveats": [caveat.as_record() for caveat in unique(caveats)],
+    }

@@ -1,0 +1,18 @@
+"""What to explain, beyond a class: one output unit, a segmentation region, a similarity to
+a reference, any score of the model's output.
+
+>>> from guidedbp.targets import Region, Unit
+>>> Region("circle").label, Unit(2, output="box").label
+('region:circle', 'unit:2')
+
+Pass one as ``target=`` to :class:`guidedbp.Explainer` (or several to
+``explain_targets``); ``output=`` picks the head of a model with several outputs, for
+the explainer or for one target. :class:`guidedbp.Explainer` also takes a class name
+for :class:`Region` and an image file for :class:`Similarity`. The definitions are
+those of :mod:`guidedbp.engine.targets`; importing this module does not import
+TensorFlow.
+"""
+
+from guidedbp.engine.targets import Class, Region, Score, Similarity, Target, Unit
+
+__all__ = ["Class", "Region", "Score", "Similarity", "Target", "Unit"]
