@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from guidedbp.models.outputs import behind_head, model_outputs, select_output
+from guidedbp import _outputs
+from guidedbp.models.outputs import model_outputs
 from guidedbp.pipeline.options import ClassOptions
 from guidedbp.pipeline.targets import (
     ModelOutput,
@@ -109,14 +110,14 @@ class CheckTarget:
 
         def scorer(images, training=False):
             raw = model(images, training=training)
-            output = select_output(model, raw, self.output)
+            output = _outputs.select(model, raw, self.output)
             if planned is None or planned.kind == "class":
                 return output
             batch = tf.shape(output)[0]
             if planned.kind == "unit":
                 score = tf.reshape(tf.cast(output, tf.float32), [batch, -1])[:, planned.index]
             elif planned.kind == "region":
-                logits = tf.cast(behind_head(output)[0], tf.float32)
+                logits = tf.cast(_outputs.behind_head(output)[0], tf.float32)
                 inside = tf.constant(np.asarray(mask, np.float32))[None]
                 score = tf.reduce_sum(logits[..., planned.index] * inside, axis=[1, 2])
             else:
@@ -131,7 +132,7 @@ class CheckTarget:
 
     def _output(self, model, images: np.ndarray) -> np.ndarray:
         raw = model(np.asarray(images, np.float32), training=False)
-        return np.asarray(select_output(model, raw, self.output))
+        return np.asarray(_outputs.select(model, raw, self.output))
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import tensorflow as tf
 
+from guidedbp import _outputs
 from guidedbp.engine import _graph
 from guidedbp.engine.targets import Class, OutputName, Region, Score, Similarity, Target, Unit
 from guidedbp.errors import ArgumentError
@@ -173,58 +174,6 @@ def columns_of(targets: Sequence[Target], output: OutputName, count: int,
 # -- inside the trace ---------------------------------------------------------------------
 
 
-def output_names(model, raw) -> list[str]:
-    """The names of the model's outputs, in order (``output_0``... where it has none): a
-    dict's keys in the order of the model's ``output_names`` (Keras sorts them), else
-    as the dict gives them."""
-    names = list(getattr(model, "output_names", None) or [])
-    if isinstance(raw, dict):
-        keys = [str(key) for key in raw]
-        return names if sorted(names) == sorted(keys) else keys
-    count = len(raw) if isinstance(raw, (list, tuple)) else 1
-    if len(names) != count:
-        names = [f"output_{index}" for index in range(count)] if count > 1 else ["output"]
-    return names
-
-
-def describe_outputs(model, raw) -> str:
-    """``'label' (None, 4), 'box' (None, 4)``: each output's name and shape, in order."""
-    names = output_names(model, raw)
-    if isinstance(raw, dict):
-        by_name = {str(key): value for key, value in raw.items()}
-        tensors = [by_name[name] for name in names]
-    else:
-        tensors = list(raw) if isinstance(raw, (list, tuple)) else [raw]
-    return ", ".join(f"{name!r} {tuple(tensor.shape)}" for name, tensor in zip(names, tensors))
-
-
-def select(model, raw, output: OutputName):
-    """The output ``output`` names (``None``: the model's whole output)."""
-    if output is None:
-        return raw
-    names = output_names(model, raw)
-    if isinstance(output, str):
-        if output not in names:
-            import difflib
-
-            close = difflib.get_close_matches(output, names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ArgumentError(f"output={output!r} is not an output of the model{hint}: "
-                                f"its outputs are {describe_outputs(model, raw)}")
-        index = names.index(output)
-    else:
-        index = int(output)
-        if not 0 <= index < len(names):
-            raise ArgumentError(f"output={output} is out of range: the model has "
-                                f"{len(names)} output{'s' * (len(names) != 1)} "
-                                f"({describe_outputs(model, raw)})")
-    if isinstance(raw, dict):
-        return {str(key): value for key, value in raw.items()}[names[index]]
-    if isinstance(raw, (list, tuple)):
-        return raw[index]
-    return raw
-
-
 def _flat_tensors(value) -> list:
     if isinstance(value, dict):
         return [t for v in value.values() for t in _flat_tensors(v)]
@@ -237,7 +186,7 @@ def _one_tensor(model, raw, selected, column: Column, needs: str):
     if isinstance(selected, (list, tuple, dict)):
         raise NotAClassifier(
             f"the model has {len(_flat_tensors(selected))} outputs "
-            f"({describe_outputs(model, raw)}): choose one with output=NAME_OR_INDEX "
+            f"({_outputs.describe(model, raw)}): choose one with output=NAME_OR_INDEX "
             f"for {needs}")
     return selected
 
@@ -286,7 +235,7 @@ def score(model, raw, columns: tuple[Column, ...], classes, data) -> Scored:
     scores, targets, probabilities, resolved, ends, heads = [], [], [], [], [], []
     class_probabilities, main = None, None
     for position, column in enumerate(columns):
-        selected = select(model, raw, column.output)
+        selected = _outputs.select(model, raw, column.output)
         if column.kind in ("score", "probe"):
             tensors = _flat_tensors(selected)
             if column.kind == "probe":

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
+from guidedbp import _outputs
+
 #: ReLU-family op types whose gradient guided backprop replaces.
 RELU_OPS = ("Relu", "Relu6")
 
@@ -37,12 +39,6 @@ ACTIVATION_KINDS = {
 #: (only ReLUs are guided inside functions), by the kind the report names.
 PLAIN_ACTIVATION_OPS = {op: kind for op, kind in ACTIVATION_KINDS.items()
                         if op not in RELU_OPS}
-
-#: Ops a model's output may pass through after its classification head.
-_PASS_THROUGH_OPS = ("Identity", "Cast", "StopGradient")
-
-#: Head ops that turn logits into probabilities; we explain their input.
-_HEAD_OPS = {"Softmax": "softmax", "Sigmoid": "sigmoid", "LogSoftmax": "log_softmax"}
 
 # Names the gradient functions are registered under. Prefixed so that they cannot
 # collide with a user's own "GuidedRelu" registration.
@@ -166,13 +162,7 @@ def find_logits(output: tf.Tensor) -> tuple[tf.Tensor, str | None, tf.Operation 
     Returns the logits tensor, the name of the head that was bypassed
     (``"softmax"``, ``"sigmoid"``, ``"log_softmax"``) or ``None``, and the head op.
     """
-    tensor = output
-    while tensor.op.type in _PASS_THROUGH_OPS and tensor.op.inputs:
-        tensor = tensor.op.inputs[0]
-    head = _HEAD_OPS.get(tensor.op.type)
-    if head is None:
-        return output, None, None
-    return tensor.op.inputs[0], head, tensor.op
+    return _outputs.behind_head(output)
 
 
 def class_scores(logits: tf.Tensor, output: tf.Tensor, head: str | None):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
+from guidedbp import _outputs
 from guidedbp.engine import _activations, _columns, _gradcam, _graph, _tokens
 from guidedbp.engine.methods import RELU_RULES, method
 
@@ -68,7 +69,7 @@ def predict(model, images, output=None):
     """Every class's float32 score (the logits the maps explain) and probability,
     ``(N, max(classes, 2))`` each: one forward pass, no gradient override."""
     raw = model(images, training=False)
-    selected = _columns.select(model, raw, output)
+    selected = _outputs.select(model, raw, output)
     selected = _columns._one_tensor(model, raw, selected, _columns.CLASS, "class scores")
     logits, head, _ = _graph.find_logits(selected)
     _check_logits(logits, selected)
@@ -85,7 +86,7 @@ def target_scores(model, images, classes, data, columns):
 def raw_output(model, images, output=None):
     """The output ``output`` names, float32, flattened per image: ``(N, size)``."""
     raw = model(images, training=False)
-    selected = _columns.select(model, raw, output)
+    selected = _outputs.select(model, raw, output)
     selected = _columns._one_tensor(model, raw, selected, _columns.CLASS, "an embedding")
     return tf.reshape(tf.cast(selected, tf.float32), [tf.shape(selected)[0], -1])
 

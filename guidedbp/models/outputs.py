@@ -5,7 +5,8 @@ embedding, or several of these by name. :func:`model_outputs` traces the model o
 symbolic batch and describes each output as an :class:`OutputInfo`, read off the traced
 graph: the last op before the output (behind ``Identity`` and ``Cast``) says whether a
 softmax or sigmoid head turns its logits into probabilities. Names follow the engine's
-``output=``: a dict's keys, else the model's ``output_names``, else ``output_0``...
+``output=`` (:mod:`guidedbp._outputs`): a dict's keys in the model's ``output_names``
+order, else the model's ``output_names``, else ``output_0``...
 
 >>> OutputInfo("seg", (None, 64, 64, 3), "softmax").targets
 ('region', 'unit', 'score')
@@ -17,17 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["TARGET_KINDS", "OutputInfo", "behind_head", "model_outputs", "output_names",
-           "select_output"]
+from guidedbp import _outputs
+
+__all__ = ["TARGET_KINDS", "OutputInfo", "model_outputs"]
 
 #: The target kinds an output may fit, as ``--target`` spells them (``score``: a score
 #: function, through the API only).
 TARGET_KINDS = ("class", "unit", "region", "similar", "score")
-
-# Ops a head's result passes through unchanged on its way out of the model.
-_PASS_THROUGH_OPS = ("Identity", "Cast", "StopGradient")
-# Ops that turn logits into probabilities, by the head's name.
-_HEAD_OPS = {"Softmax": "softmax", "Sigmoid": "sigmoid", "LogSoftmax": "log_softmax"}
 
 
 @dataclass(frozen=True)
@@ -117,53 +114,6 @@ def model_outputs(model, image_shape: tuple) -> list[OutputInfo]:
     spec = tf.TensorSpec((None, *image_shape), tf.float32)
     traced = tf.function(forward, autograph=False).get_concrete_function(spec)
     raw = traced.structured_outputs
-    tensors = list(raw.values()) if isinstance(raw, dict) else (
-        list(raw) if isinstance(raw, (list, tuple)) else [raw])
-    return [OutputInfo(name, tuple(tensor.shape), behind_head(tensor)[1])
-            for name, tensor in zip(output_names(model, raw), tensors)]
-
-
-def output_names(model, raw) -> list[str]:
-    """The names of ``raw``'s outputs, in order: a dict's keys, else ``model``'s
-    ``output_names`` where they count as many, else ``output_0``... (``output`` alone)."""
-    if isinstance(raw, dict):
-        return [str(key) for key in raw]
-    count = len(raw) if isinstance(raw, (list, tuple)) else 1
-    names = list(getattr(model, "output_names", None) or [])
-    if len(names) != count:
-        names = [f"output_{index}" for index in range(count)] if count > 1 else ["output"]
-    return names
-
-
-def select_output(model, raw, output: str | int | None):
-    """The output ``output`` names in ``raw`` (a model's output: a tensor, list or dict),
-    by name (see :func:`output_names`) or position; ``None``: ``raw`` itself.
-
-    Raises:
-        ValueError: For a name or position the model does not have.
-    """
-    if output is None:
-        return raw
-    names = output_names(model, raw)
-    if isinstance(output, str):
-        if output not in names:
-            raise ValueError(f"{output!r} is not an output of the model ({', '.join(names)})")
-        index = names.index(output)
-    elif not 0 <= int(output) < len(names):
-        raise ValueError(f"output {output} is out of range: the model has {len(names)}")
-    else:
-        index = int(output)
-    if isinstance(raw, dict):
-        return raw[list(raw)[index]]
-    return raw[index] if isinstance(raw, (list, tuple)) else raw
-
-
-def behind_head(tensor):
-    """``(logits, head)``: the input of the softmax or sigmoid op that makes ``tensor`` (a
-    traced graph's tensor, behind ``Identity`` and ``Cast``) and that head's name; or
-    ``(tensor, None)`` where no such op makes it."""
-    found = tensor
-    while found.op.type in _PASS_THROUGH_OPS and found.op.inputs:
-        found = found.op.inputs[0]
-    head = _HEAD_OPS.get(found.op.type)
-    return (found.op.inputs[0], head) if head is not None else (tensor, None)
+    return [OutputInfo(name, tuple(tensor.shape), _outputs.behind_head(tensor)[1])
+            for name, tensor in zip(_outputs.output_names(model, raw),
+                                    _outputs.tensors_of(model, raw))]
