@@ -58,6 +58,9 @@ SMOKE = (
     "tests/test_library.py",
     # Targets read each Keras's multi-output models (dict order, output names).
     "tests/test_targets_api.py",
+    # SavedModels are inlined through TensorFlow's variable-to-constant converter's
+    # internals (guidedbp/models/inlining.py): check them at the floor and the newest.
+    "tests/test_savedmodel_inlining.py",
     "tests/test_pytest_plugin.py",
     "tests/test_completion.py",
 )

@@ -1,9 +1,10 @@
-"""A frozen graph: one GraphDef whose large constants (the weights) are fed as tensors.
+"""A frozen graph: one GraphDef whose large weights are fed as tensors.
 
-:class:`FrozenGraph` is what a SavedModel signature becomes once inlined and frozen
-(see :mod:`guidedbp.models.savedmodel`): a callable the engine traces like a Keras
-model. Its weights can be read (:attr:`FrozenGraph.weights`) and replaced in a new
-graph (:meth:`FrozenGraph.with_weights`); a graph is never changed once built.
+:class:`FrozenGraph` is what a SavedModel signature becomes once inlined (see
+:mod:`guidedbp.models.savedmodel` and :mod:`guidedbp.models.inlining`): a callable the
+engine traces like a Keras model. Its weights can be read (:attr:`FrozenGraph.weights`)
+and replaced in a new graph (:meth:`FrozenGraph.with_weights`); a graph is never
+changed once built.
 """
 
 from __future__ import annotations
@@ -17,17 +18,19 @@ __all__ = ["FrozenGraph", "constant_to_placeholder", "prune_graph_def"]
 
 
 class FrozenGraph:
-    """A SavedModel signature inlined into one GraphDef, variables frozen to constants.
+    """A SavedModel signature inlined into one GraphDef, its weights fed as tensors.
 
     Calling it imports the graph into the graph being traced, so every ReLU inside
     the SavedModel's functions is an ordinary op that the engine's gradient swap
     reaches; those of ``tf.cond`` branches and ``tf.while_loop`` bodies, which stay
     functions, get the ``gradient_override_map`` in force written into their
-    definitions. The GraphDef is built once, at load time; constants with more than
-    :attr:`LIFT_ELEMENTS` elements are lifted out of it into :attr:`weights`.
+    definitions. The GraphDef is built once, at load time; its small constants stay in
+    it, and its large weights are ``Placeholder`` nodes fed from :attr:`weights`: those
+    given (a SavedModel's large variables, never copied into the GraphDef) and any
+    constant with more than :attr:`LIFT_ELEMENTS` elements, lifted out of it.
 
     Attributes:
-        graph_def: The ``GraphDef``; lifted constants are ``Placeholder`` nodes in it.
+        graph_def: The ``GraphDef``; weights are ``Placeholder`` nodes in it.
             Treat it as read-only: graphs made by :meth:`with_weights` share it.
         input_name: The image tensor's name in ``graph_def`` (``"x:0"``).
         output_name: The output tensor's name in ``graph_def``; or, for a graph that
@@ -41,13 +44,18 @@ class FrozenGraph:
         name: A display name.
     """
 
-    #: Constants with more elements than this are lifted out of the GraphDef.
+    #: Constants (and a SavedModel's variables) with more elements than this are fed
+    #: as weights rather than held in the GraphDef.
     LIFT_ELEMENTS = 1024
 
     def __init__(self, graph_def, input_name: str, output_name: str | Mapping[str, str],
                  input_spec, name: str, output_names: Sequence[str] | None = None,
-                 output_specs: Sequence = ()):
-        graph_def, weights = _lift_constants(graph_def, self.LIFT_ELEMENTS)
+                 output_specs: Sequence = (), weights: Mapping | None = None):
+        """``weights``: the weights already out of ``graph_def`` (a SavedModel's large
+        variables), ``{its Placeholder node's name: eager tf.Tensor}``; constants over
+        :attr:`LIFT_ELEMENTS` elements are lifted out here and join them."""
+        graph_def, lifted = _lift_constants(graph_def, self.LIFT_ELEMENTS)
+        weights = {**(weights or {}), **lifted}
         if isinstance(output_name, Mapping):
             output_name, output_names = dict(output_name), list(output_name)
         self._set(graph_def, weights, input_name, output_name, input_spec, name,
@@ -188,7 +196,7 @@ def _with_gradient_overrides(graph_def, override: Mapping[str, str]):
 
 
 def _lift_constants(graph_def, min_elements: int):
-    """Replace large Const nodes (the frozen weights) by placeholders fed eager tensors.
+    """Replace large Const nodes (weights frozen in) by placeholders fed eager tensors.
 
     Importing a GraphDef copies every constant into the graph being traced, and a
     ResNet50 carries 100 MB of them. Fed as eager tensors instead, the weights are

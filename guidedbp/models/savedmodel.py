@@ -1,10 +1,12 @@
-"""SavedModel signatures frozen into a :class:`~guidedbp.models.frozen.FrozenGraph`.
+"""SavedModel signatures inlined into a :class:`~guidedbp.models.frozen.FrozenGraph`.
 
-One signature of a SavedModel folder is inlined, its variables frozen to constants,
-and the graph cut down to the chosen output (or to all of them, a dict by name), so
-the engine can trace it like a Keras model. A SavedModel is a program: unless the
-caller trusts it, every op it would run (while loading, and in the frozen signature)
-must be on the list of image-classifier ops in :mod:`~guidedbp.models.safety`.
+One signature of a SavedModel folder is inlined into one graph
+(:mod:`~guidedbp.models.inlining`: small variables become constants, large ones are fed
+their restored values, never copied) and the graph cut down to the chosen output (or to
+all of them, a dict by name), so the engine can trace it like a Keras model. A
+SavedModel is a program: unless the caller trusts it, every op it would run (while
+loading, and in the inlined signature) must be on the list of image-classifier ops in
+:mod:`~guidedbp.models.safety`.
 Expected failures raise :class:`~guidedbp.errors.ModelLoadError`.
 """
 
@@ -16,6 +18,7 @@ from guidedbp._text import one_line
 from guidedbp.errors import ModelLoadError
 from guidedbp.models import safety
 from guidedbp.models.frozen import FrozenGraph, prune_graph_def
+from guidedbp.models.inlining import inline_signature, register_functions
 from guidedbp.models.loaded import (
     DEFAULT_FILE_PREPROCESS,
     FILE_PREPROCESS_SOURCE,
@@ -42,7 +45,7 @@ def load_saved_model(
     """Load one signature of a SavedModel folder as a :class:`FrozenGraph`.
 
     Nothing of the model runs before its ops are checked: the ops that loading would
-    run are read from ``saved_model.pb`` first, and the frozen signature's ops before
+    run are read from ``saved_model.pb`` first, and the inlined signature's ops before
     it is returned; both must be on :data:`~guidedbp.models.safety.CLASSIFIER_OPS`
     (plus :data:`~guidedbp.models.safety.LOADING_OPS` while loading).
 
@@ -66,9 +69,6 @@ def load_saved_model(
             that needs other inputs, or a TensorFlow 1 while loop.
     """
     import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2,
-    )
 
     if not unsafe_deserialization:
         try:
@@ -104,33 +104,34 @@ def load_saved_model(
         )
     check_input_size(spec, tuple(input_spec.shape[1:]))
     try:
-        # Control flow stays functional (If, While): lowered to Switch/Merge/Enter/Exit it
-        # cannot be imported into a tf.function (frames) nor differentiated (no context).
-        frozen = convert_variables_to_constants_v2(function, lower_control_flow=False)
+        inlined = inline_signature(function, FrozenGraph.LIFT_ELEMENTS)
     except Exception as error:
         raise ModelLoadError(
             f"cannot inline {spec!r}'s graph: {one_line(error, limit=200)}"
         ) from error
-    frozen_graph_def = frozen.graph.as_graph_def()
+    flat_inputs = tf.nest.flatten(function.structured_input_signature, expand_composites=True)
+    flat_names = [s.name for s in flat_inputs]
+    # The signature's own inputs come first; captured variables follow.
+    inputs, outputs = function.inputs[:len(flat_inputs)], function.outputs
+    inlined_graph_def = inlined.graph_def  # what runs: the ops checked below
     if not unsafe_deserialization:
-        used = safety.graph_op_types(frozen_graph_def)
+        used = safety.graph_op_types(inlined_graph_def)
         _refuse_unlisted(spec, f"signature {signature!r} uses", safety.unlisted_ops(used))
-    if any(node.op in _TF1_LOOP_OPS for node in frozen_graph_def.node):
+    if any(node.op in _TF1_LOOP_OPS for node in inlined_graph_def.node):
         # Its gradient needs the loop's WhileContext, which a GraphDef does not carry.
         raise ModelLoadError(
             f"{spec!r} signature {signature!r} holds a TensorFlow 1 while loop (Enter, Exit, "
             "NextIteration), which cannot be differentiated once imported: export the model "
             "with TensorFlow 2 control flow (tf.while_loop inside a tf.function)"
         )
-    flat_inputs = tf.nest.flatten(function.structured_input_signature, expand_composites=True)
-    flat_names = [s.name for s in flat_inputs]
-    placeholder = frozen.inputs[flat_names.index(input_spec.name)]
-    # Frozen outputs come in tf.nest's flattening order of the signature's outputs.
+    register_functions(inlined_graph_def)
+    placeholder = inputs[flat_names.index(input_spec.name)]
+    # Outputs come in tf.nest's flattening order of the signature's outputs.
     output_keys = tf.nest.flatten({key: key for key in function.structured_outputs})
-    tensors = {key: frozen.outputs[output_keys.index(key)] for key in out_keys}
+    tensors = {key: outputs[output_keys.index(key)] for key in out_keys}
     kept, left_out = {}, []
     for key, tensor in tensors.items():
-        why = _unfed(frozen_graph_def, tensor, placeholder, in_key, flat_names, frozen.inputs)
+        why = _unfed(inlined_graph_def, tensor, placeholder, in_key, flat_names, inputs)
         if why is None and output_key is None and not tensor.dtype.is_floating:
             why = f"is {tensor.dtype.name}, not float: no gradient reaches it"
         if why is None:
@@ -144,7 +145,7 @@ def load_saved_model(
         raise ModelLoadError(f"{spec!r} has no output guidedbp can explain ({reasons}): "
                              "choose the image input with input_key=KEY, or export a "
                              "signature whose only input is the image")
-    graph_def = prune_graph_def(frozen_graph_def, [t.op.name for t in kept.values()])
+    graph_def = prune_graph_def(inlined_graph_def, [t.op.name for t in kept.values()])
     wrapped = _drop_saved_custom_gradients(graph_def)
     graph = FrozenGraph(
         graph_def,
@@ -156,6 +157,8 @@ def load_saved_model(
         output_names=list(kept),
         output_specs=[tf.TensorSpec(None if t.shape.rank is None else (None, *t.shape[1:]),
                                     t.dtype, name=key) for key, t in kept.items()],
+        weights={node.name: inlined.weights[node.name] for node in graph_def.node
+                 if node.name in inlined.weights},
     )
     loaded = LoadedModel(
         model=graph,
