@@ -152,3 +152,36 @@ def test_the_library_checks_the_same_way_and_takes_what_it_checked(here):
     with pytest.raises(GuidedbpError, match="model 'nosuch.keras' not found"):
         check_run("nosuch.keras", [str(here / "x.png")], here / "out")
     assert not (here / "out").exists() and not (here / "elsewhere").exists()
+
+
+# Issue 22, item 4: a command imports only its own module; the others' (the checks'
+# suite, the evaluation's metrics) load only when they run or when --help lists them.
+_MODULES = (
+    "import sys\n"
+    "from guidedbp.cli import main\n"
+    "try:\n"
+    "    main(sys.argv[1:], prog_name='guidedbp')\n"
+    "finally:\n"
+    "    print(sorted(m for m in sys.modules if m.startswith('guidedbp.cli.')))\n"
+)
+
+
+@pytest.mark.parametrize(("args", "commands"), [
+    (["explain", "demo", "gone.png"], ["explain"]),
+    (["inspect", "--help"], ["inspect"]),
+    (["--help"], ["check", "demo", "evaluate", "explain", "inspect", "merge", "report"]),
+])
+def test_a_command_imports_only_its_own_module(here, args, commands):
+    result = subprocess.run([sys.executable, "-c", _MODULES, *args], cwd=here,
+                            env=subprocess_environment(), capture_output=True, text=True,
+                            timeout=120)
+    shown = result.stdout.strip().splitlines()[-1]
+    imported = {name.split(".")[2] for name in eval(shown)}  # noqa: S307 (our own print)
+    helpers = {"common", "targets", "evaluate_output"}  # modules the commands share
+    assert imported - helpers == set(commands), result.stdout + result.stderr
+    if args == ["--help"]:
+        listed = [line.split()[0] for line in result.stdout.split("Commands:")[1].splitlines()
+                  if line.strip() and not line.startswith("[")]
+        assert listed == ["explain", "inspect", "check", "evaluate", "merge", "report", "demo"]
+    if "gone.png" in args:
+        assert result.returncode == 2 and "input 'gone.png' not found" in result.stderr

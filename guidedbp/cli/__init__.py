@@ -1,7 +1,9 @@
 """The ``guidedbp`` command line: click commands wiring models, engine and render.
 
 Heavy imports (TensorFlow, Keras) happen inside commands, so ``guidedbp --help``
-and ``guidedbp --version`` answer at once. Ctrl-C at any moment prints
+and ``guidedbp --version`` answer at once; each command's module is imported only when
+that command runs (or ``--help`` lists it), so ``guidedbp explain`` does not import what
+``check`` and ``evaluate`` need. Ctrl-C at any moment prints
 ``interrupted`` and exits 130 within 2 seconds (:class:`~guidedbp.cli.common.Command`).
 """
 
@@ -14,14 +16,7 @@ from collections import defaultdict
 import click
 
 from guidedbp import __version__
-from guidedbp.cli.check import check_command
 from guidedbp.cli.common import Command
-from guidedbp.cli.demo import demo_command
-from guidedbp.cli.evaluate import evaluate_command
-from guidedbp.cli.explain import explain_command
-from guidedbp.cli.inspect import inspect_command
-from guidedbp.cli.merge import merge_command
-from guidedbp.cli.report import report_command
 
 #: What ``guidedbp --version`` reports beside itself: these import names' distributions.
 VERSION_MODULES = ("tensorflow", "keras", "numpy", "PIL", "click")
@@ -70,7 +65,34 @@ def _print_version(ctx: click.Context, param, value: bool) -> None:
         ctx.exit()
 
 
-@click.group(cls=Command,
+#: The commands, in the order ``--help`` lists them: name -> (module, attribute).
+COMMANDS = {
+    "explain": ("guidedbp.cli.explain", "explain_command"),
+    "inspect": ("guidedbp.cli.inspect", "inspect_command"),
+    "check": ("guidedbp.cli.check", "check_command"),
+    "evaluate": ("guidedbp.cli.evaluate", "evaluate_command"),
+    "merge": ("guidedbp.cli.merge", "merge_command"),
+    "report": ("guidedbp.cli.report", "report_command"),
+    "demo": ("guidedbp.cli.demo", "demo_command"),
+}
+
+
+class Main(Command):
+    """The ``guidedbp`` group, importing a command's module when it is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        import importlib
+
+        module, attribute = COMMANDS[name]
+        return getattr(importlib.import_module(module), attribute)
+
+
+@click.group(cls=Main,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_print_version,
@@ -84,11 +106,3 @@ def main() -> None:
     demo-seg: a shapes segmentation model, explained by region).
     """
 
-
-main.add_command(explain_command)
-main.add_command(inspect_command)
-main.add_command(check_command)
-main.add_command(evaluate_command)
-main.add_command(merge_command)
-main.add_command(report_command)
-main.add_command(demo_command)
