@@ -65,15 +65,16 @@ def _print_version(ctx: click.Context, param, value: bool) -> None:
         ctx.exit()
 
 
-#: The commands, in the order ``--help`` lists them: name -> (module, attribute).
+#: The commands, by the name each declares: name -> (module, attribute). ``--help``
+#: lists them sorted, as click lists a group's commands.
 COMMANDS = {
+    "check": ("guidedbp.cli.check", "check_command"),
+    "demo": ("guidedbp.cli.demo", "demo_command"),
+    "evaluate": ("guidedbp.cli.evaluate", "evaluate_command"),
     "explain": ("guidedbp.cli.explain", "explain_command"),
     "inspect": ("guidedbp.cli.inspect", "inspect_command"),
-    "check": ("guidedbp.cli.check", "check_command"),
-    "evaluate": ("guidedbp.cli.evaluate", "evaluate_command"),
-    "merge": ("guidedbp.cli.merge", "merge_command"),
+    "merge-manifests": ("guidedbp.cli.merge", "merge_command"),
     "report": ("guidedbp.cli.report", "report_command"),
-    "demo": ("guidedbp.cli.demo", "demo_command"),
 }
 
 
@@ -89,7 +90,9 @@ class Main(Command):
         import importlib
 
         module, attribute = COMMANDS[name]
-        return getattr(importlib.import_module(module), attribute)
+        command = getattr(importlib.import_module(module), attribute)
+        assert command.name == name, (name, command.name)
+        return command
 
 
 @click.group(cls=Main,
