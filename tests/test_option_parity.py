@@ -63,6 +63,8 @@ def _first_layer(loaded) -> str:
 SHARED = [
     ("methods", "vanilla", None, {}, True),
     ("batch_size", 1, "guided", {"smooth": 3}, False),
+    # bfloat16 past the stem: maps close to float32's, not equal (test_precision.py)
+    ("precision", "mixed", "guided", {}, True),
     # A ReLU model: both scopes guide the same ops (test_activation_regions: other nets).
     ("guide", "relu", "guided", {}, False),
     ("layer", _first_layer, "gradcam", {}, True),
@@ -86,6 +88,17 @@ REFUSED = {"classes": (1,), "top_k": 2, "recursive": False, "shard": (0, 2),
            "output_size": "model", "tile": 128, "raw": True, "figure": "png", "dpi": 100,
            "report": False, "skip_existing": True, "fail_fast": True,
            "targets": ("unit:0",), "model_output": 0, "mask_dir": "masks"}
+
+
+@pytest.fixture(autouse=True)
+def bfloat16_probe(monkeypatch):
+    """precision='mixed' runs on any CPU here: the hardware probe is told of AVX512-BF16
+    (TensorFlow emulates bfloat16 without it); this module compares maps, not speed."""
+    from guidedbp.engine import _precision
+
+    monkeypatch.setattr(_precision, "gpu_capability", lambda: None)
+    monkeypatch.setattr(_precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
 
 
 def test_every_run_option_is_shared_with_explain_image_or_refused_by_it():

@@ -75,21 +75,33 @@ def field_option(name: str, *declarations: str, **kwargs):
 
 def described_method_fields() -> list[dataclasses.Field]:
     """The method options that describe their own flag (``metadata["help"]``), in the
-    order of :class:`~guidedbp.engine.options.MethodOptions`' groups."""
+    order of :class:`~guidedbp.engine.options.MethodOptions`' fields and groups."""
     fields = []
     for group in dataclasses.fields(MethodOptions):
         if dataclasses.is_dataclass(group.type) or isinstance(group.default_factory, type):
             kind = group.default_factory
             fields += [f for f in dataclasses.fields(kind) if f.metadata.get("help")]
+        elif group.metadata.get("help"):  # a field of its own (precision)
+            fields.append(group)
     return fields
 
 
 def guide_option(command):
     """The ``--guide`` flag of :class:`~guidedbp.engine.options.GuideOptions`, for the
     commands that take no other method option (evaluate)."""
-    spec = next(f for f in described_method_fields() if f.name == "guide")
-    return field_option("guide", "--guide", type=click.Choice(spec.metadata["choices"]),
-                        help=spec.metadata["help"])(command)
+    return _choice_option("guide")(command)
+
+
+def precision_option(command):
+    """The ``--precision`` flag of :class:`~guidedbp.engine.options.MethodOptions`, for
+    the commands that take no other method option (evaluate)."""
+    return _choice_option("precision")(command)
+
+
+def _choice_option(name: str):
+    spec = next(f for f in described_method_fields() if f.name == name)
+    return field_option(name, f"--{name}", type=click.Choice(spec.metadata["choices"]),
+                        help=spec.metadata["help"])
 
 
 def method_flags(command):

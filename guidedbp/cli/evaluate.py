@@ -31,6 +31,7 @@ from guidedbp.cli.common import (
     model_options,
     parse_comma_list,
     parse_methods,
+    precision_option,
 )
 from guidedbp.cli.evaluate_output import check_figure_targets, format_table, write_curves
 from guidedbp.engine.methods import METHODS, REGISTRY
@@ -88,13 +89,14 @@ METRICS = (*MASK_METRICS, *GAMES)
               help="Write each image's deletion/insertion curves there as PNG figures "
                    "(needs matplotlib: the plot extra).")
 @batch_size_option
+@precision_option
 @guide_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @model_options
 @errors_handled
 def evaluate_command(model, images, masks, shapes, seed, distractors, explain_distractor, methods,
                      metrics, costs, tolerance, steps, baseline, plot_curves, batch_size,
-                     guide, as_json, **options) -> None:
+                     precision, guide, as_json, **options) -> None:
     """How well MODEL's maps localise objects, and how faithful they are to the model.
 
     \b
@@ -163,7 +165,8 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     if plot_curves is not None:
         check_figure_targets(plot_curves, samples, settings.games)
     # One forward pass for all methods.
-    explainer = Explainer(loaded, methods, batch_size=batch_size, guide=guide)
+    explainer = Explainer(loaded, methods, batch_size=batch_size, guide=guide,
+                          precision=precision)
     extra = {}
     if is_segmentation(loaded):
         from guidedbp.cli.evaluate_regions import measure_segmentation
@@ -188,7 +191,8 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     if settings.games:
         result["faithfulness"] = faithfulness_record(measured, samples, loaded.labels)
     if costs:
-        result["costs"] = _costs(loaded, samples, methods, batch_size, options, guide)
+        result["costs"] = _costs(loaded, samples, methods, batch_size, options, guide,
+                                 precision)
     if plot_curves is not None:
         write_curves(plot_curves, result["faithfulness"], samples)
     if as_json:
@@ -315,7 +319,7 @@ COST_ROUNDS = 3  # timed runs per method for --costs
 
 
 def _costs(loaded, samples: list, methods, batch_size: int, options: dict,
-           guide: str | None = None) -> dict:
+           guide: str | None = None, precision: str = "float32") -> dict:
     """Each method's cost per image over guided's, each alone on the first batch."""
     from guidedbp.api import Explainer
     from guidedbp.checks.costs import relative_costs
@@ -326,7 +330,8 @@ def _costs(loaded, samples: list, methods, batch_size: int, options: dict,
                                options.get("size"), options.get("resize", "stretch"))[2]
                        for sample in chunk])
     def explainer(name: str):
-        return Explainer(loaded, name, batch_size=batch_size, guide=guide)
+        return Explainer(loaded, name, batch_size=batch_size, guide=guide,
+                         precision=precision)
 
     ratios = relative_costs(explainer, inputs, methods, rounds=COST_ROUNDS)
     return {"reference": "guided", "images": len(inputs), "rounds": COST_ROUNDS,

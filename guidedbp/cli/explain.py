@@ -41,8 +41,9 @@ from guidedbp.render.options import OUTPUT_SIZES
 
 #: --help's option groups, by parameter name.
 OPTION_GROUPS = [
-    ("Methods", ["methods", *dict.fromkeys(["layer", "upsample", "smooth", "noise", "seed",
-                                            "steps", "baseline", *described_method_names()])]),
+    ("Methods", ["methods", *(name for name in dict.fromkeys([
+        "layer", "upsample", "smooth", "noise", "seed", "steps", "baseline",
+        *described_method_names()]) if name != "precision")]),  # precision: with batch_size
     ("Classes", ["classes", "top_k"]),
     ("Targets", ["targets", "model_output", "mask_dir"]),
     ("Rendering", ["renders", "output_size", "cmap", "clip", "alpha", "tile"]),
@@ -50,7 +51,7 @@ OPTION_GROUPS = [
                           "weights", "unsafe_deserialization", "custom_objects", "preprocess",
                           "labels"]),
     ("Output", ["output", "raw", "figure", "dpi", "report", "skip_existing", "fail_fast",
-                "quiet", "batch_size", "debug"]),
+                "quiet", "batch_size", "precision", "debug"]),
     ("Scale-out", ["shard", "engine", "workers", "cpus_per_worker", "num_gpus_per_worker",
                    "ray_address"]),
 ]

@@ -33,7 +33,15 @@ from functools import partial
 import numpy as np
 
 from guidedbp.caveats import Caveat
-from guidedbp.engine import _activations, _averaging, _caveats, _gradcam, _graph, _inputs
+from guidedbp.engine import (
+    _activations,
+    _averaging,
+    _caveats,
+    _gradcam,
+    _graph,
+    _inputs,
+    _precision,
+)
 from guidedbp.engine import methods as registry
 from guidedbp.engine._columns import Column, Columns, columns_of
 from guidedbp.engine._functions import TracedFunctions
@@ -103,7 +111,10 @@ class Explainer:
             occlusion's ``fill``. Default: the identity (the model takes raw pixels).
         **fields: Method options by their flat names (``guide``, ``layer``, ``upsample``,
             ``smooth``, ``noise``, ``seed``, ``steps``, ``baseline``, ``max_channels``,
-            ``patch``, ``stride``, ``fill``), replacing those of ``options``.
+            ``patch``, ``stride``, ``fill``, ``precision``), replacing those of
+            ``options``. ``precision="mixed"`` runs the model's passes in bfloat16 (float16
+            on GPUs of compute capability 7.x) on a copy of it, float32 where it matters
+            (:mod:`guidedbp.engine._precision`); the maps stay float32.
         caveats: :class:`~guidedbp.caveats.Caveat` items that hold for every map of
             this model (random weights, unscaled input), put first in each image's
             :attr:`Explanation.caveats`; the engine adds those it finds itself.
@@ -111,7 +122,9 @@ class Explainer:
             or its index), unless a target names its own.
 
     Raises:
-        ValueError: For an unknown method or a bad argument.
+        ValueError: For an unknown method or a bad argument; for ``precision="mixed"``
+            on hardware without a fast bfloat16 or float16 path, or on a model that is no
+            Functional or Sequential Keras model.
 
     >>> import numpy as np, keras
     >>> model = keras.Sequential([
@@ -158,6 +171,13 @@ class Explainer:
             raise ArgumentError(
                 f"model must be a keras.Model or a callable, got {type(model).__name__}"
             )
+        #: The dtype the model's passes compute in (``options.precision``); the maps
+        #: are float32 whatever it is.
+        self.compute_dtype = "float32"
+        traced_model = model
+        if self.options.precision == "mixed":  # a copy in low precision: _precision
+            self.compute_dtype = _precision.fast_dtype()
+            traced_model = _precision.low_precision_model(model, self.compute_dtype)
         _graph.register_gradients()
         _activations.register_gradients()
         self.model = model
@@ -165,7 +185,7 @@ class Explainer:
         layer_path = None
         if layer is not None:
             layer_path = _gradcam.layer_path(model, layer) or layer.split("/")
-        self._traced = TracedFunctions(model, self.methods, layer_path,
+        self._traced = TracedFunctions(traced_model, self.methods, layer_path,
                                        self.options.gradcam.upsample,
                                        features=hands_out_features(self.methods),
                                        guide=self.options.guided.guide)

@@ -34,6 +34,10 @@ MAX_STEPS = 1000
 #: Occlusion's patch positions per image at most (64 x 64), one forward pass each:
 #: ``patch=1, stride=1`` on a 224x224 image would be 50176.
 MAX_OCCLUSION_POSITIONS = 4096
+#: Numeric precisions of the forward and backward passes: ``float32`` throughout, or
+#: ``mixed`` (bfloat16 or float16 where the hardware runs it fast, float32 where it matters:
+#: :mod:`guidedbp.engine._precision`).
+PRECISIONS = ("float32", "mixed")
 
 
 def _positive_int(name: str, value, minimum: int = 1, maximum: int | None = None) -> None:
@@ -227,6 +231,12 @@ class MethodOptions:
     Attributes:
         batch_size: Images (or noisy copies, or path steps) per forward/backward
             pass, at most :data:`MAX_BATCH_SIZE`; bounds memory.
+        precision: One of :data:`PRECISIONS`. ``"mixed"`` runs the model's passes in
+            bfloat16 on a CPU with AVX512-BF16 or AMX and on a GPU of compute capability
+            8.0 or more (float16 on 7.x), keeping float32 for the layers at the input's
+            resolution, the output layers (logits, head, score) and the maps; refused
+            where the hardware has no fast path or the model is no Functional or
+            Sequential Keras model.
         guided: :class:`GuideOptions`.
         gradcam: :class:`GradCamOptions`.
         smoothgrad: :class:`SmoothGradOptions`.
@@ -236,6 +246,12 @@ class MethodOptions:
     """
 
     batch_size: int = DEFAULT_BATCH_SIZE
+    precision: str = field(default="float32", metadata={
+        "help": "Numeric precision of the forward and backward passes: 'mixed' runs them in "
+                "bfloat16 where the hardware has a fast path (CPUs with AVX512-BF16 or AMX; "
+                "GPUs of compute capability 8.0+, float16 on 7.x), keeping float32 for the "
+                "high-resolution stem, the logits and the maps; refused elsewhere.",
+        "choices": PRECISIONS})
     guided: GuideOptions = field(default_factory=GuideOptions)
     gradcam: GradCamOptions = field(default_factory=GradCamOptions)
     smoothgrad: SmoothGradOptions = field(default_factory=SmoothGradOptions)
@@ -246,14 +262,17 @@ class MethodOptions:
 
     def __post_init__(self):
         _positive_int("batch_size", self.batch_size, maximum=MAX_BATCH_SIZE)
+        if self.precision not in PRECISIONS:
+            raise ArgumentError(
+                f"precision={self.precision!r} is not one of {', '.join(PRECISIONS)}")
 
     @classmethod
     def of(cls, options: MethodOptions | None = None, **fields) -> MethodOptions:
         """``options`` (default: all defaults) with fields replaced by their flat names.
 
         Flat names are the fields of the groups (``layer``, ``smooth``, ``steps``,
-        ``max_channels``, ``patch``, ...) and ``batch_size``; ``None`` for ``batch_size``
-        keeps the current value.
+        ``max_channels``, ``patch``, ...), ``batch_size`` and ``precision``; ``None`` for
+        ``batch_size`` keeps the current value.
 
         Raises:
             ValueError: For an unknown name or a bad value.
@@ -275,7 +294,7 @@ class MethodOptions:
 
     def flat(self) -> dict:
         """Every option by its flat name (the inverse of :meth:`of`)."""
-        values = {"batch_size": self.batch_size}
+        values = {"batch_size": self.batch_size, "precision": self.precision}
         for group in _GROUPS:
             values.update({f.name: getattr(getattr(self, group), f.name)
                            for f in dataclasses.fields(_GROUPS[group])})
@@ -285,5 +304,6 @@ class MethodOptions:
 _GROUPS = {"guided": GuideOptions, "gradcam": GradCamOptions, "smoothgrad": SmoothGradOptions,
            "integrated_gradients": IntegratedGradientsOptions, "scorecam": ScoreCamOptions,
            "occlusion": OcclusionOptions}
-_FLAT_NAMES = {"batch_size": "", **{f.name: group for group, kind in _GROUPS.items()
-                                    for f in dataclasses.fields(kind)}}
+_FLAT_NAMES = {"batch_size": "", "precision": "",
+               **{f.name: group for group, kind in _GROUPS.items()
+                  for f in dataclasses.fields(kind)}}
