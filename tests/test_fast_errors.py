@@ -186,3 +186,32 @@ def test_a_command_imports_only_its_own_module(here, args, commands):
                           "report"]
     if "gone.png" in args:
         assert result.returncode == 2 and "input 'gone.png' not found" in result.stderr
+
+
+# Issue 22, item 4: a finished command leaves without the interpreter's teardown, which
+# takes TensorFlow a second or more; the exit status and every file are as before.
+_TEARDOWN = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: print('TEARDOWN RAN', flush=True))\n"
+    "from guidedbp.__main__ import run\n"
+    "sys.argv = ['guidedbp', *sys.argv[1:]]\n"
+    "run()\n"
+)
+
+
+@pytest.mark.parametrize(("args", "code", "teardown"), [
+    (["explain", "demo", "x.png", "-o", "out", "-q"], 0, False),
+    (["explain", "demo", "x.png", "notes.txt", "-o", "out", "-q"], 1, False),
+    (["explain", "demo", "gone.png"], 2, True),  # before TensorFlow: nothing to skip
+])
+def test_a_finished_command_skips_the_interpreters_teardown(here, args, code, teardown):
+    result = subprocess.run([sys.executable, "-c", _TEARDOWN, *args], cwd=here,
+                            env=subprocess_environment(), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == code, result.stderr
+    assert ("TEARDOWN RAN" in result.stdout) == teardown, result.stdout
+    if code != 2:
+        written = sorted(p.name for p in (here / "out").iterdir())
+        assert "x.png.guided.color.png" in written and "manifest.jsonl" in written
+        records = (here / "out" / "manifest.jsonl").read_text().splitlines()
+        assert len(records) == (1 if code == 0 else 2)

@@ -10,7 +10,8 @@ the target is still whole. ``durable=True`` adds ``fsync`` calls so that files
 also survive a power loss.
 
 PNG encoding is deterministic: the same array gives the same bytes on every run
-(fixed compression level, no optimisation pass, no timestamp or text chunks).
+(:mod:`guidedbp.io.png`: fixed filters, compression level and strategy, no timestamp;
+one text chunk, guidedbp's mark).
 
 >>> import numpy as np
 >>> png = encode_png(np.zeros((2, 3), np.uint8))
@@ -26,7 +27,8 @@ import os
 import secrets
 
 import numpy as np
-from PIL import Image, PngImagePlugin
+
+from guidedbp.io import png
 
 __all__ = [
     "PNG_COMPRESS_LEVEL",
@@ -166,17 +168,7 @@ def encode_png(array: np.ndarray) -> bytes:
     Raises:
         ValueError: If ``array`` is not ``uint8`` of one of those shapes, or is empty.
     """
-    picture = _check_picture(array)
-    mode = "L" if picture.ndim == 2 else "RGB"
-    buffer = io.BytesIO()
-    image = Image.fromarray(picture)  # uint8 (H, W) -> 'L', (H, W, 3) -> 'RGB'
-    if image.mode != mode:  # cannot happen with the checks above; never save a surprise
-        raise ValueError(f"PNG array gave Pillow mode {image.mode!r}, expected {mode!r}")
-    info = PngImagePlugin.PngInfo()
-    info.add_text(*_MARK)
-    image.save(buffer, format="PNG", compress_level=PNG_COMPRESS_LEVEL, optimize=False,
-               pnginfo=info)
-    return buffer.getvalue()
+    return png.encode(_check_picture(array), {_MARK[0]: _MARK[1]}, level=PNG_COMPRESS_LEVEL)
 
 
 def is_own_png(path: str | os.PathLike[str]) -> bool:

@@ -1,8 +1,11 @@
 """The local runner: stream inputs through the stages in this process.
 
 Decoding runs one batch ahead and rendering/writing one batch behind the engine,
-in threads (TensorFlow, Pillow and zlib release the GIL), so the model is rarely
+in threads (TensorFlow, numpy, Pillow and zlib release the GIL), so the model is rarely
 idle. At most three batches are in memory at once, whatever the number of images.
+The worker threads keep the engine's scheduling priority: lowered (a nice value,
+``SCHED_BATCH``) they were measured to slow the run on a busy machine, where they lose
+their share of the cores to other processes rather than to TensorFlow.
 """
 
 from __future__ import annotations

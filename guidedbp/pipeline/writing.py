@@ -94,7 +94,7 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
             save_png(os.path.join(plan.output, relative), array)
         for name_of_method, relative in naming.raw_items(raw):
             save_npy(os.path.join(plan.output, relative),
-                     entry.maps[name_of_method].astype(np.float32))
+                     np.asarray(entry.maps[name_of_method], dtype=np.float32))  # no copy
         if planned is None:
             targets.append({"class": entry.target, "label": label,
                             "score": round(entry.probability, 6), "outputs": outputs,

@@ -12,9 +12,14 @@ Every render returns ``uint8``, ``(H, W, 3)`` or ``(H, W)``, ready to save.
 Float to ``uint8`` conversions round to nearest with halves up
 (``floor(v * 255 + 0.5)``), so the same input gives the same bytes everywhere.
 
-Memory: renders work in float64 on strips of rows (:data:`STRIP_VALUES` values at a
-time), so a large map costs its render and a float32 magnitude, not several float64
-copies of itself. Maps up to that size are computed whole, as one strip.
+Memory and speed: renders work in float64 on strips of rows (:data:`STRIP_VALUES`
+values at a time), in place in a work array per strip, so a large map costs its render
+and a float32 magnitude, not several float64 copies of itself. Maps up to that size are
+computed whole, as one strip. A thread keeps its two work arrays for its next render
+(up to :data:`KEPT_WORK_VALUES` values each). What float64 would not change is done in
+cheaper types: the magnitude of a float32 map in float32 (exact), the colormap and the
+blend as uint8 lookup tables built with the float64 formulas. Every pixel is what the
+formulas below give, in float64.
 
 Renders (:data:`RENDERS`):
 
@@ -50,7 +55,9 @@ BSD-style, Battelle/PNNL; turbo: Apache-2.0, Google) is described in
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -61,6 +68,7 @@ from guidedbp.render.panel import DEFAULT_TILE, Column, Scale, as_rgb, render_pa
 
 __all__ = [
     "STRIP_VALUES",
+    "KEPT_WORK_VALUES",
     "DEFAULT_ALPHA",
     "DEFAULT_CLIP",
     "DEFAULT_RENDERS",
@@ -85,6 +93,8 @@ DEFAULT_ALPHA = 0.5
 
 #: Values rendered at a time: float64 work arrays stay near 16 MB whatever the map's size.
 STRIP_VALUES = 1 << 21
+#: Work arrays up to this many values (8 MB) are kept for the thread's next render.
+KEPT_WORK_VALUES = 1 << 20
 
 _COLOR_SCALE = 0.1  # one standard deviation becomes 0.1 of the intensity range
 
@@ -92,6 +102,56 @@ _COLOR_SCALE = 0.1  # one standard deviation becomes 0.1 of the intensity range
 def _to_uint8(values01: np.ndarray) -> np.ndarray:
     """[0, 1] floats to uint8, round half up; callers have clipped already."""
     return np.clip(np.floor(values01 * 255.0 + 0.5), 0, 255).astype(np.uint8)
+
+
+_kept = threading.local()  # this thread's work arrays, see _work_array
+
+
+def _work_array(slot: int, shape: tuple) -> np.ndarray:
+    """A float64 work array of ``shape`` (contents undefined), the thread's ``slot``-th.
+
+    Renders reuse their thread's two work arrays (up to :data:`KEPT_WORK_VALUES` values
+    each, 8 MB): a fresh array of that size costs the operating system more (its pages
+    mapped and zeroed, then given back) than the arithmetic done in it.
+    """
+    size = math.prod(shape)
+    if size > KEPT_WORK_VALUES:
+        return np.empty(shape, dtype=np.float64)
+    arrays = getattr(_kept, "arrays", None)
+    if arrays is None:
+        arrays = _kept.arrays = [np.empty(0), np.empty(0)]
+    if arrays[slot].size < size:
+        arrays[slot] = np.empty(size, dtype=np.float64)
+    return arrays[slot][:size].reshape(shape)
+
+
+def _as_float64(values: np.ndarray, slot: int) -> np.ndarray:
+    """``values.astype(np.float64)`` in the work array ``slot``."""
+    work = _work_array(slot, values.shape)
+    np.copyto(work, values, casting="unsafe")
+    return work
+
+
+def _std(centred: np.ndarray) -> np.floating:
+    """``centred.std()``: numpy's own steps (``numpy/_core/_methods.py``, ``_var``), with
+    its temporary in a work array."""
+    count = centred.size
+    mean = np.add.reduce(centred, axis=None, keepdims=True)
+    mean = np.true_divide(mean, count, out=mean, casting="unsafe", subok=False)
+    deviations = _work_array(1, centred.shape)
+    np.subtract(centred, mean, out=deviations)
+    np.multiply(deviations, deviations, out=deviations)
+    return np.sqrt(np.add.reduce(deviations, axis=None) / count)
+
+
+def _levels_in_place(values01: np.ndarray, out: np.ndarray) -> None:
+    """:func:`_to_uint8` of a float64 work array clipped to [0, 1], into the uint8 ``out``
+    (broadcast to its shape); ``values01`` is used up. The same operations, in place: a
+    fresh array per step cost more than the arithmetic."""
+    values01 *= 255.0
+    values01 += 0.5
+    np.floor(values01, out=values01)  # within [0, 255]: the cast is exact
+    out[...] = values01
 
 
 def _check_saliency(saliency: np.ndarray) -> np.ndarray:
@@ -104,10 +164,9 @@ def _check_saliency(saliency: np.ndarray) -> np.ndarray:
         raise ValueError(f"saliency map must be a real array, got dtype {array.dtype}")
     if array.shape[0] == 0 or array.shape[1] == 0:
         raise ValueError(f"saliency map must not be empty, got shape {array.shape}")
-    if array.dtype.kind == "f":
-        for rows in _strips(array.shape):
-            if not np.all(np.isfinite(array[rows])):
-                raise ValueError("saliency map must be finite, got NaN or infinite values")
+    # NaN propagates through min and max, an infinity is one of them: no mask needed.
+    if array.dtype.kind == "f" and not (np.isfinite(array.min()) and np.isfinite(array.max())):
+        raise ValueError("saliency map must be finite, got NaN or infinite values")
     return array
 
 
@@ -161,10 +220,22 @@ def magnitude(saliency: np.ndarray) -> np.ndarray:
 
 
 def _magnitude(values: np.ndarray, dtype) -> np.ndarray:
-    """``max_c |values|`` as ``dtype``, strip by strip."""
+    """``max_c |values|`` as ``dtype``, strip by strip.
+
+    Computed in float32 where that holds ``values`` exactly (``abs`` and ``max`` are
+    exact), else in float64, and channel by channel: the same numbers as float64 all
+    through, without a float64 copy of the map.
+    """
+    work = np.float32 if np.can_cast(values.dtype, np.float32, "safe") else np.float64
     out = np.empty(values.shape[:2], dtype=dtype)
     for rows in _strips(values.shape):
-        out[rows] = np.max(np.abs(values[rows].astype(np.float64)), axis=2)
+        strip = values[rows].astype(work, copy=False)
+        largest = np.abs(strip[:, :, 0])
+        if strip.shape[2] > 1:
+            channel = np.empty_like(largest)
+            for index in range(1, strip.shape[2]):
+                np.maximum(largest, np.abs(strip[:, :, index], out=channel), out=largest)
+        out[rows] = largest
     return out
 
 
@@ -181,7 +252,7 @@ def _gray_and_ceiling(saliency: np.ndarray, clip: float) -> tuple[np.ndarray, fl
     # Kept exact: float32 holds the magnitude of float32 (and smaller) maps exactly.
     exact = np.float32 if np.can_cast(values.dtype, np.float32, "safe") else np.float64
     magnitudes = _magnitude(values, exact)
-    ceiling = float(np.percentile(magnitudes.astype(np.float64), clip, method="linear",
+    ceiling = float(np.percentile(_as_float64(magnitudes, 0), clip, method="linear",
                                   overwrite_input=True))
     if ceiling <= 0.0:
         # A map that is zero above the clip percentile (very sparse) falls back to
@@ -190,31 +261,37 @@ def _gray_and_ceiling(saliency: np.ndarray, clip: float) -> tuple[np.ndarray, fl
     gray = np.zeros(magnitudes.shape, dtype=np.uint8)
     if ceiling > 0.0:
         for rows in _strips(magnitudes.shape):
-            gray[rows] = _to_uint8(np.clip(magnitudes[rows].astype(np.float64) / ceiling,
-                                           0.0, 1.0))
+            work = _as_float64(magnitudes[rows], 0)
+            work /= ceiling
+            np.clip(work, 0.0, 1.0, out=work)
+            _levels_in_place(work, gray[rows])
     return gray, max(ceiling, 0.0)
 
 
 def _mean_std(values: np.ndarray, strips: list[slice], factor: float = 1.0
-              ) -> tuple[float, float]:
+              ) -> tuple[float, float, np.ndarray | None]:
     """The mean of ``values * factor`` and the standard deviation of its difference from
-    that mean, in float64.
+    that mean, in float64; with one strip also that difference, ``values * factor -
+    mean`` (float64, the caller's to reuse), else ``None``.
 
     One strip: numpy's own ``mean`` and ``std``. Several: the same sums, strip by strip.
     """
     def part(rows: slice) -> np.ndarray:
-        return values[rows].astype(np.float64) * factor
+        scaled = _as_float64(values[rows], 0)
+        scaled *= factor
+        return scaled
 
     if len(strips) == 1:
-        whole = part(strips[0])
-        mean = whole.mean()
-        return mean, (whole - mean).std()
+        centred = part(strips[0])
+        mean = centred.mean()
+        centred -= mean
+        return mean, _std(centred), centred
     count = values.size
     mean = sum(float(part(rows).sum()) for rows in strips) / count
     # numpy's std of the centred values subtracts their own (almost zero) mean too.
     centred_mean = sum(float((part(rows) - mean).sum()) for rows in strips) / count
     squares = sum(float(np.square(part(rows) - mean - centred_mean).sum()) for rows in strips)
-    return mean, math.sqrt(squares / count)
+    return mean, math.sqrt(squares / count), None
 
 
 def render_color(saliency: np.ndarray) -> np.ndarray:
@@ -257,7 +334,7 @@ def _color_and_range(saliency: np.ndarray) -> tuple[np.ndarray, tuple[float, flo
         # No floor on the scale: a power of two (exact) brings the map near 1, so its
         # statistics neither underflow nor depend on its magnitude.
         unit = math.ldexp(1.0, -math.frexp(max(abs(highest), abs(lowest)))[1])
-        mean, std = _mean_std(values, strips, unit)
+        mean, std, centred = _mean_std(values, strips, unit)
         flat = not std > 0.0
     if flat:
         # A constant map has no contrast; without this a float rounding residue in
@@ -266,12 +343,17 @@ def _color_and_range(saliency: np.ndarray) -> tuple[np.ndarray, tuple[float, flo
         value = float(values.flat[0])
         return rgb, (value, value, value)
     for rows in strips:
-        scaled = values[rows].astype(np.float64) * unit
-        scaled -= mean
+        if centred is not None:  # one strip: the statistics' own work array
+            scaled = centred
+        else:
+            scaled = _as_float64(values[rows], 0)
+            scaled *= unit
+            scaled -= mean
         scaled /= std
         scaled *= _COLOR_SCALE
         scaled += 0.5
-        rgb[rows] = _to_uint8(np.clip(scaled, 0.0, 1.0))  # one channel is broadcast to three
+        np.clip(scaled, 0.0, 1.0, out=scaled)
+        _levels_in_place(scaled, rgb[rows])  # one channel is broadcast to three
     reach = 0.5 / _COLOR_SCALE * std  # from mid-gray to white
     return rgb, ((mean - reach) / unit, mean / unit, (mean + reach) / unit)
 
@@ -324,7 +406,7 @@ def render_heatmap(
     [[[68, 1, 84], [253, 231, 37]]]
     """
     table = colormap_lut(cmap)  # an unknown name fails before any work
-    return table[_gray_levels(saliency, clip)]
+    return np.take(table, _gray_levels(saliency, clip), axis=0)
 
 
 def render_overlay(
@@ -363,17 +445,37 @@ def render_overlay(
 
 
 def _blend(heat: np.ndarray, image: np.ndarray, alpha: float) -> np.ndarray:
-    """``image`` blended into the uint8 ``heat`` (H, W, 3), in place; returns ``heat``."""
+    """``image`` blended into the uint8 ``heat`` (H, W, 3), in place; returns ``heat``.
+
+    Each pixel value is ``floor((1 - alpha) * image + alpha * heat + 0.5)`` in float64,
+    looked up in :func:`_blend_table` (both operands are uint8: 65,536 pairs).
+    """
     rgb = as_rgb(image, "image", heat.shape[:2])
     if rgb.shape[:2] != heat.shape[:2]:
         raise ValueError(
             f"image has size {rgb.shape[0]}x{rgb.shape[1]} (H x W) but the saliency map "
             f"has {heat.shape[0]}x{heat.shape[1]}; resize one to the other first")
+    table = _blend_table(alpha)
     for rows in _strips(heat.shape):  # blended into the heatmap, strip by strip
-        blended = (1.0 - alpha) * rgb[rows].astype(np.float64)
-        blended += alpha * heat[rows].astype(np.float64)
-        heat[rows] = np.clip(np.floor(blended + 0.5), 0, 255)
+        pairs = rgb[rows].astype(np.uint16)
+        pairs <<= 8
+        pairs |= heat[rows]
+        np.take(table, pairs, out=heat[rows], mode="clip")  # "clip": no buffered copy
     return heat
+
+
+@functools.lru_cache(maxsize=8)
+def _blend_table(alpha: float) -> np.ndarray:
+    """Every blend of two uint8 values, ``(1 - alpha) * image + alpha * heat`` rounded half
+    up, at index ``image * 256 + heat``: the float64 operations of a per-pixel blend, once
+    per pair."""
+    image = np.repeat(np.arange(256, dtype=np.float64), 256)
+    heat = np.tile(np.arange(256, dtype=np.float64), 256)
+    blended = (1.0 - alpha) * image
+    blended += alpha * heat
+    table = np.clip(np.floor(blended + 0.5), 0, 255).astype(np.uint8)
+    table.flags.writeable = False  # shared by every caller through the cache
+    return table
 
 
 def render(
@@ -486,11 +588,12 @@ def render_column(
         return Column(title, np.repeat(gray[:, :, np.newaxis], 3, axis=2), Scale(ramp, labels))
     table = colormap_lut(cmap)
     if name == "heatmap":
-        return Column(title, table[gray], Scale(table, labels))
+        return Column(title, np.take(table, gray, axis=0), Scale(table, labels))
     if image is None:
         raise ValueError("render 'overlay' needs the original image, got image=None")
     # The heatmap of the levels already computed: the percentile is taken once.
-    return Column(title, _blend(table[gray], image, _check_alpha(alpha)), Scale(table, labels))
+    return Column(title, _blend(np.take(table, gray, axis=0), image, _check_alpha(alpha)),
+                  Scale(table, labels))
 
 
 def _number(value: float) -> str:
