@@ -215,3 +215,20 @@ def test_a_finished_command_skips_the_interpreters_teardown(here, args, code, te
         assert "x.png.guided.color.png" in written and "manifest.jsonl" in written
         records = (here / "out" / "manifest.jsonl").read_text().splitlines()
         assert len(records) == (1 if code == 0 else 2)
+
+
+def test_main_called_from_python_keeps_its_teardown(here):
+    # Only the program (guidedbp.__main__.run) leaves early: a caller of main() gets its
+    # SystemExit, and its own finally and exit handlers run.
+    script = ("import atexit, sys\n"
+              "atexit.register(lambda: print('TEARDOWN RAN', flush=True))\n"
+              "from guidedbp.cli import main\n"
+              "try:\n"
+              "    main(sys.argv[1:], prog_name='guidedbp')\n"
+              "except SystemExit as exit_:\n"
+              "    print('CAUGHT', exit_.code, flush=True)\n")
+    result = subprocess.run([sys.executable, "-c", script, "explain", "demo", "x.png", "-o",
+                             "out", "-q"], cwd=here, env=subprocess_environment(),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == ["CAUGHT 0", "TEARDOWN RAN"], result.stdout

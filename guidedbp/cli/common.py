@@ -445,32 +445,33 @@ class Command(click.Group):
         try:
             return super().__call__(*args, **kwargs)
         except SystemExit as exit_:
-            if exit_.code == INTERRUPTED:
-                _SAID.set()  # "interrupted", or the command's own summary, is on stderr
-                code = INTERRUPTED
-            elif _may_skip_teardown(exit_.code):
-                code = exit_.code or 0
-            else:
+            if exit_.code != INTERRUPTED:
                 raise
+            _SAID.set()  # "interrupted", or the command's own summary, is on stderr
         finally:
             if deadline is not None:
                 deadline.stop()
-        # Done or interrupted, with files closed: skip the interpreter's teardown, which
-        # takes TensorFlow a second or more (a fifth of a cold `guidedbp explain`) and
-        # which no thread can cut short.
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        # Interrupted, with files closed: skip the interpreter's teardown, which takes
+        # TensorFlow a second or more and which no thread can cut short.
+        exit_now(INTERRUPTED)
 
 
-def _may_skip_teardown(code) -> bool:
-    """Whether a command that ended with exit status ``code`` may leave at once
-    (``os._exit``) rather than through the interpreter's teardown: TensorFlow was
-    imported (else the teardown is quick), no thread of ours is still running, and no
-    library whose exit handlers matter is loaded (Ray stops the cluster it started)."""
+def exit_now(code: int) -> None:
+    """End the process with ``code`` at once (``os._exit``), its output flushed."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def may_skip_teardown(code) -> bool:
+    """Whether the program, its command ended with exit status ``code``, may leave at
+    once (:func:`exit_now`) rather than through the interpreter's teardown, which takes
+    TensorFlow a second or more: TensorFlow was imported (else the teardown is quick),
+    no thread of ours is still running, and no library whose exit handlers matter is
+    loaded (Ray stops the cluster it started)."""
     return (isinstance(code, int) or code is None) and "tensorflow" in sys.modules \
         and "ray" not in sys.modules \
         and all(thread.daemon or thread is threading.main_thread()
