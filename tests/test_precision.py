@@ -333,3 +333,77 @@ def test_this_cpu_is_offered_bfloat16_by_the_real_probe(model, images):
     explainer = Explainer(model, "guided", precision="mixed")
     assert explainer.compute_dtype == "bfloat16"
     assert pearson(explainer(images), Explainer(model, "guided")(images)) >= 0.99
+
+
+def folding_cnn() -> keras.Model:
+    """Every case of batch-normalization folding: a convolution with a bias, one
+    without, a depthwise one with a channel multiplier, normalizations without a scale or
+    a centre; and the cases that must not fold: a convolution with an activation, one whose
+    output a second layer also reads, a normalization on another axis."""
+    keras.utils.set_random_seed(5)
+    inputs = keras.Input((12, 12, 3), name="image")
+    a = keras.layers.Conv2D(6, 3, padding="same", name="biased")(inputs)
+    a = keras.layers.BatchNormalization(name="norm_biased")(a)
+    b = keras.layers.Conv2D(6, 3, padding="same", use_bias=False, name="unbiased")(
+        keras.layers.ReLU(name="relu1")(a))
+    b = keras.layers.BatchNormalization(scale=False, name="norm_unbiased")(b)
+    c = keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=2, name="depthwise")(
+        keras.layers.ReLU(name="relu2")(b))
+    c = keras.layers.BatchNormalization(center=False, name="norm_depthwise")(c)
+    d = keras.layers.Conv2D(6, 1, activation="relu", name="activated")(c)
+    d = keras.layers.BatchNormalization(name="norm_activated")(d)
+    e = keras.layers.Conv2D(6, 1, name="shared")(d)
+    f = keras.layers.BatchNormalization(name="norm_shared")(e)
+    g = keras.layers.BatchNormalization(axis=1, name="norm_rows")(
+        keras.layers.Conv2D(6, 1, name="rows")(keras.layers.Add(name="add")([e, f])))
+    outputs = keras.layers.Dense(4, name="scores")(keras.layers.GlobalAveragePooling2D()(g))
+    model = keras.Model(inputs, outputs, name="folding_cnn")
+    for layer in model.layers:  # statistics away from the identity
+        if isinstance(layer, keras.layers.BatchNormalization):
+            rng = np.random.default_rng(len(layer.name))
+            layer.set_weights([rng.uniform(0.5, 2.0, w.shape) if "variance" in w.path or
+                               "gamma" in w.path else rng.normal(0, 0.5, w.shape)
+                               for w in layer.weights])
+    return model
+
+
+def test_batch_normalizations_fold_into_the_convolutions_before_them():
+    """The folded copy (here in float32) computes what the model does, to rounding; only the
+    plain convolution -> normalization pairs fold; the weights read are the model's
+    current ones."""
+    model = folding_cnn()
+    images = np.random.default_rng(0).normal(0, 1, (3, 12, 12, 3)).astype(np.float32)
+    folds: list = []
+    copy = _precision.LowPrecisionCopy(
+        _precision._rebuilt(model, "float32", True, None, None, folds), model, folds)
+    assert sorted(fold.convolution.name for fold in folds) == [
+        "biased", "depthwise", "unbiased"]
+    assert {fold.normalization.name for fold in folds} == {
+        "norm_biased", "norm_unbiased", "norm_depthwise"}
+    np.testing.assert_allclose(copy(images), model(images), rtol=1e-5, atol=1e-5)
+    depthwise = model.get_layer("norm_depthwise")
+    depthwise.set_weights([w * 1.5 for w in depthwise.get_weights()])
+    np.testing.assert_allclose(copy(images), model(images), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="inference mode only"):
+        copy(images, training=True)
+
+
+def test_folded_weights_are_the_inference_transform_by_hand():
+    """One channel's folded kernel and bias, computed on paper from the formulas."""
+    model = folding_cnn()
+    folds: list = []
+    _precision._rebuilt(model, "float32", True, None, None, folds)
+    fold = next(f for f in folds if f.convolution.name == "biased")
+    kernel, bias = (np.asarray(w) for w in fold.weights())
+    conv_kernel, conv_bias = model.get_layer("biased").get_weights()
+    gamma, beta, mean, variance = model.get_layer("norm_biased").get_weights()
+    scale = gamma / np.sqrt(variance + 1e-3)
+    np.testing.assert_allclose(kernel, conv_kernel * scale, rtol=1e-6)
+    np.testing.assert_allclose(bias, (conv_bias - mean) * scale + beta, rtol=1e-5, atol=1e-6)
+    fold = next(f for f in folds if f.convolution.name == "depthwise")
+    kernel = np.asarray(fold.weights()[0])
+    depth_kernel = model.get_layer("depthwise").get_weights()[0]  # (3, 3, 6, 2)
+    gamma, mean, variance = model.get_layer("norm_depthwise").get_weights()  # no beta
+    scale = gamma / np.sqrt(variance + 1e-3)  # channel 2 * input + multiplier
+    np.testing.assert_allclose(kernel[..., 4, 1], depth_kernel[..., 4, 1] * scale[9], rtol=1e-6)
+    np.testing.assert_allclose(fold.weights()[1], -mean * scale, rtol=1e-5, atol=1e-6)

@@ -18,6 +18,14 @@ The caller's model is never touched. Float32 stays where it matters:
   the first low-precision layer makes), and so are the maps; SmoothGrad and integrated
   gradients sum those maps in float64 (:mod:`guidedbp.engine._averaging`).
 
+Each batch normalization that follows a convolution is folded into it: the copy's
+convolution computes with ``kernel * scale`` and ``bias * scale + shift``, where
+``scale = gamma / sqrt(moving_variance + epsilon)`` and
+``shift = beta - moving_mean * scale``, the inference-mode transform Keras applies, and
+the normalization becomes an identity. Keras computes batch normalization in float32 and
+casts around it (two casts a layer, forward and backward); folded, ResNet50 runs 1.1x
+faster in bfloat16. In float32 the folded model equals the model to rounding.
+
 The guided rules apply to the copy's ops as to the model's own: the same ``Relu`` and
 activation ops, in bfloat16. Mixed precision is offered only where the hardware runs
 it fast (:func:`fast_dtype`): elsewhere it would be slower than float32, not faster.
@@ -29,6 +37,7 @@ range (6e-8) are the map's smallest values.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from guidedbp.errors import ArgumentError
 
@@ -117,8 +126,10 @@ def low_precision_model(model, dtype: str) -> LowPrecisionCopy:
     if len(image_shape) == 3:  # free sides: shares measured on a 224x224 probe
         probe = (1, *(side or 224 for side in image_shape[:2]), image_shape[2])
     try:
-        copy = _rebuilt(model, f"mixed_{dtype}", True, probe, probe[1:3] if probe else None)
-        refreshed = LowPrecisionCopy(copy, model)
+        folds: list[Fold] = []
+        copy = _rebuilt(model, f"mixed_{dtype}", True, probe, probe[1:3] if probe else None,
+                        folds)
+        refreshed = LowPrecisionCopy(copy, model, folds)
         refreshed.refresh()  # eagerly, once: the copy holds the weights from the start
     except Exception as error:  # a layer whose config does not rebuild it, ...
         message = " ".join(str(error).split())[:200]
@@ -126,6 +137,44 @@ def low_precision_model(model, dtype: str) -> LowPrecisionCopy:
             f"precision='mixed' could not rebuild {name} in {dtype} "
             f"({type(error).__name__}: {message}): use precision='float32'") from error
     return refreshed
+
+
+@dataclass(frozen=True)
+class Fold:
+    """A batch normalization folded into the convolution before it.
+
+    Attributes:
+        copy: The copy's convolution (with a bias), computing both.
+        convolution: The model's convolution.
+        normalization: The model's ``BatchNormalization`` after it.
+    """
+
+    copy: object
+    convolution: object
+    normalization: object
+
+    def weights(self) -> tuple:
+        """The folded ``(kernel, bias)`` from the model's current weights (ops, when
+        tracing)."""
+        import tensorflow as tf
+
+        norm = self.normalization
+        scale = tf.math.rsqrt(norm.moving_variance.value + norm.epsilon)
+        if norm.scale:
+            scale = scale * norm.gamma.value
+        shift = -norm.moving_mean.value * scale
+        if norm.center:
+            shift = shift + norm.beta.value
+        kernel = self.convolution.kernel.value
+        if self.convolution.use_bias:
+            shift = shift + self.convolution.bias.value * scale
+        # a depthwise kernel (h, w, in, multiplier) writes channel in * multiplier + m
+        return kernel * tf.reshape(scale, kernel.shape[-2:] if _is_depthwise(
+            self.convolution) else (-1,)), shift
+
+    def sources(self) -> list:
+        """The model's variables the fold reads."""
+        return [*self.convolution.weights, *self.normalization.weights]
 
 
 class LowPrecisionCopy:
@@ -137,11 +186,16 @@ class LowPrecisionCopy:
 
     Attributes:
         copy: The rebuilt ``keras.Model``.
+        folds: The batch normalizations folded into convolutions.
     """
 
-    def __init__(self, copy, model):
+    def __init__(self, copy, model, folds: list[Fold] = ()):
         self.copy = copy
-        mine, theirs = list(copy.weights), list(model.weights)
+        self.folds = list(folds)
+        folded = {id(weight) for fold in self.folds for weight in fold.copy.weights}
+        read = {id(weight) for fold in self.folds for weight in fold.sources()}
+        mine = [weight for weight in copy.weights if id(weight) not in folded]
+        theirs = [weight for weight in model.weights if id(weight) not in read]
         by_path = {_path(weight): weight for weight in theirs}
         if len(by_path) == len(theirs) == len(mine) and all(_path(w) in by_path for w in mine):
             self._pairs = [(weight, by_path[_path(weight)]) for weight in mine]
@@ -155,10 +209,16 @@ class LowPrecisionCopy:
         """Assign the model's weights to the copy's variables (as ops, when tracing)."""
         for mine, theirs in self._pairs:
             mine.assign(theirs.value)
+        for fold in self.folds:
+            kernel, bias = fold.weights()
+            fold.copy.kernel.assign(kernel)
+            fold.copy.bias.assign(bias)
 
     def __call__(self, images, training: bool = False):
+        if training:  # folded batch normalizations hold the inference transform only
+            raise ValueError("a low-precision copy computes in inference mode only")
         self.refresh()
-        return self.copy(images, training=training)
+        return self.copy(images, training=False)
 
     def __getattr__(self, name: str):
         if name == "copy":  # not set yet (a copy of this object being made)
@@ -195,27 +255,83 @@ def _is_graph_model(layer) -> bool:
 
 
 def _rebuilt(model, policy: str, outputs: bool, probe: tuple | None,
-             reference: tuple | None):
+             reference: tuple | None, folds: list[Fold]):
     """``model`` cloned with each layer rebuilt from its config: in ``policy``, or in
-    float32 where the module's notes say. ``outputs``: ``model``'s output layers are the
-    explained model's; ``probe``: the shape of an input of ``model`` when the explained
-    model reads images of ``reference`` ``(H, W)`` (``None``: not known)."""
+    float32 where the module's notes say, with batch normalizations folded into the
+    convolutions before them (each appended to ``folds``). ``outputs``: ``model``'s
+    output layers are the explained model's; ``probe``: the shape of an input of
+    ``model`` when the explained model reads images of ``reference`` ``(H, W)``
+    (``None``: not known)."""
     import keras
 
     output_layers = ({id(tensor._keras_history.operation) for tensor in model.outputs}
                      if outputs else set())
     shares = _shares(model, probe, reference)
+    foldable = _foldable(model)  # id(convolution) -> its normalization
+    normalizations = {id(norm) for norm in foldable.values()}
 
     def rebuild(layer):
         if _is_graph_model(layer):  # a nested model: its own layers rebuilt
             return _rebuilt(layer, policy, id(layer) in output_layers,
-                            _nested_probe(layer, reference), reference)
+                            _nested_probe(layer, reference), reference, folds)
         config = layer.get_config()
         if id(layer) not in output_layers and shares.get(id(layer), 1.0) < STEM_RESOLUTION:
             config = {**config, "dtype": policy}
+        if id(layer) in normalizations:
+            # a Lambda: the normalization's call passes a mask, Identity takes none
+            return keras.layers.Lambda(_unchanged, name=config["name"], dtype=config["dtype"])
+        if id(layer) in foldable:
+            copy = type(layer).from_config({**config, "use_bias": True})
+            folds.append(Fold(copy, layer, foldable[id(layer)]))
+            return copy
         return type(layer).from_config(config)
 
     return keras.models.clone_model(model, clone_function=rebuild)
+
+
+def _unchanged(tensor, mask=None):
+    """A folded batch normalization: its input, unchanged."""
+    return tensor
+
+
+def _is_depthwise(layer) -> bool:
+    import keras
+
+    return isinstance(layer, keras.layers.DepthwiseConv2D)
+
+
+def _foldable(model) -> dict:
+    """``model``'s convolutions whose output only a batch normalization reads, in the
+    inference transform on their channels (``id(convolution)`` -> normalization).
+
+    Only the plain Keras layers fold (``Conv2D``, ``DepthwiseConv2D``, channels last,
+    no activation, called once; ``BatchNormalization`` on the last axis, called once):
+    subclasses may compute something else."""
+    import keras
+
+    consumers: dict[int, int] = {}  # id(tensor) -> how many layer calls read it
+    for layer in model.layers:
+        for node in getattr(layer, "_inbound_nodes", []):
+            for tensor in node.input_tensors:
+                consumers[id(tensor)] = consumers.get(id(tensor), 0) + 1
+    for tensor in model.outputs:
+        consumers[id(tensor)] = consumers.get(id(tensor), 0) + 1
+    folds = {}
+    for norm in model.layers:
+        if (type(norm) is not keras.layers.BatchNormalization
+                or len(getattr(norm, "_inbound_nodes", [])) != 1
+                or norm.axis not in (-1, len(norm.input.shape) - 1)
+                or getattr(norm, "renorm", False)):
+            continue
+        history = getattr(norm.input, "_keras_history", None)
+        conv = history.operation if history is not None else None
+        if (type(conv) not in (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)
+                or len(conv._inbound_nodes) != 1 or conv.data_format != "channels_last"
+                or conv.get_config().get("activation") != "linear"
+                or consumers.get(id(conv.output)) != 1):
+            continue
+        folds[id(conv)] = norm
+    return folds
 
 
 def _nested_probe(model, reference: tuple | None) -> tuple | None:
