@@ -23,6 +23,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from guidedbp._outputs import output_names
 from guidedbp._text import did_you_mean, plural
 from guidedbp.errors import ArgumentError
 from guidedbp.models.labels import resolve_class
@@ -153,9 +154,7 @@ def model_outputs(model, fallback_shape: tuple | None = None) -> tuple[ModelOutp
         if fallback_shape is None:
             return None
         return (ModelOutput("output", 0, tuple(fallback_shape)),)
-    names = [str(name) for name in (getattr(model, "output_names", None) or [])]
-    if len(names) != len(shapes):
-        names = [f"output_{i}" for i in range(len(shapes))] if len(shapes) > 1 else ["output"]
+    names = output_names(model, tensors)  # the rule every room uses
     return tuple(ModelOutput(name, index, shape)
                  for index, (name, shape) in enumerate(zip(names, shapes)))
 
