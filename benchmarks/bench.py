@@ -28,7 +28,12 @@
   (separate processes): memory must follow the batch, not the image's size.
 - costs: every method's time per image relative to guided backprop, on ResNet50
   (``weights=None``), 224x224, batch 16, each method in an explainer of its own, warmed
-  up; perturbation methods (Score-CAM, occlusion) at their default settings.
+  up; perturbation methods (Score-CAM, occlusion) at their default settings; the
+  black-box methods apart (blackbox).
+- blackbox: RISE, KernelSHAP, LIME and Sobol at their defaults on 2 ResNet50 images
+  (224x224, 16 copies per forward pass): cost per image relative to guided backprop, and
+  the time over that of the same number of plain forward passes of the model (16 images
+  per pass, the same forward function): what the method adds to its forward passes.
 - callback: ``guidedbp.keras.SaliencyCallback`` at one epoch's end on the bundled demo
   CNN (16 images, guided and Grad-CAM): the time training waits (the explain pass) and
   the whole work (with the drawing, PNG encoding and logging done in the background),
@@ -496,7 +501,10 @@ def method_costs(rounds: int = 3, batch: int = 16, only=None) -> None:
     keras.utils.set_random_seed(0)
     model = keras.applications.ResNet50(weights=None)
     images = np.random.default_rng(0).normal(size=(batch, 224, 224, 3)).astype("float32")
-    names = ["guided", *(name for name in (only or METHODS) if name != "guided")]
+    # The black-box methods cost hundreds of forward passes per image: blackbox_costs
+    # times them on fewer images.
+    names = ["guided", *(name for name in (only or METHODS) if name != "guided"
+                         and (only or "blackbox" not in method(name).options))]
     explainers = {name: Explainer(model, name, batch_size=batch) for name in names}
     for explainer in explainers.values():
         explainer.explain(images)  # traced and run once
@@ -520,6 +528,60 @@ def method_costs(rounds: int = 3, batch: int = 16, only=None) -> None:
             verdict = (f" (target <= {PERTURBATION_TARGET:.0f} "
                        f"{'met' if value <= PERTURBATION_TARGET else 'NOT met'})")
         print(f"  {name:<22}{value:>7.2f}{verdict}")
+
+
+#: The most a black-box method may cost over the same number of plain forward passes of
+#: the model, batched alike.
+BLACKBOX_OVERHEAD = 1.2
+
+
+def blackbox_passes(name: str, options) -> int:
+    """Forward passes per image of black-box method ``name`` under ``options``."""
+    from guidedbp.engine._blackbox import grid_of
+
+    blackbox = options.blackbox
+    return {"rise": blackbox.masks, "kernelshap": blackbox.samples + 2,
+            "lime": blackbox.samples,
+            "sobol": blackbox.designs * (grid_of(blackbox, "sobol", 224, 224) ** 2 + 2)}[name]
+
+
+def blackbox_costs(rounds: int = 3, batch: int = 16, count: int = 2) -> None:
+    """Each black-box method, defaults, on ``count`` ResNet50 images: its cost per image
+    relative to guided (on a batch of ``batch``), and its time over that of the same number
+    of plain forward passes (``batch`` copies per pass, timed through the same forward
+    function), interleaved rounds."""
+    from guidedbp.engine.methods import REGISTRY
+
+    keras.utils.set_random_seed(0)
+    model = keras.applications.ResNet50(weights=None)
+    rng = np.random.default_rng(0)
+    batch_images = rng.normal(size=(batch, 224, 224, 3)).astype("float32")
+    images = batch_images[:count]
+    names = [name for name, record in REGISTRY.items() if "blackbox" in record.options]
+    guided = Explainer(model, "guided", batch_size=batch)
+    explainers = {name: Explainer(model, name, batch_size=batch) for name in names}
+    passes = {name: blackbox_passes(name, explainers[name].options) for name in names}
+    guided.explain(batch_images)
+    guided.predict(batch_images)
+    for explainer in explainers.values():
+        explainer.explain(images[:1])  # traced and run once
+    costs: dict[str, list[float]] = {name: [] for name in names}
+    overheads: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(rounds):
+        per_image = timed(guided.explain, batch_images) / batch
+        forward = timed(guided.predict, batch_images) / batch  # one copy's forward pass
+        for name in names:
+            seconds = timed(explainers[name].explain, images) / count
+            costs[name].append(seconds / per_image)
+            overheads[name].append(seconds / (passes[name] * forward))
+    print(f"black-box methods, ResNet50 weights=None, 224x224, {count} images, {batch} copies "
+          f"per pass, defaults, median of {rounds} interleaved rounds:")
+    print(f"  {'method':<12}{'passes':>8}{'cost vs guided':>16}{'vs plain passes':>17}")
+    for name in names:
+        overhead = statistics.median(overheads[name])
+        verdict = "met" if overhead <= BLACKBOX_OVERHEAD else "NOT met"
+        print(f"  {name:<12}{passes[name]:>8}{statistics.median(costs[name]):>16.1f}"
+              f"{overhead:>11.2f} (target <= {BLACKBOX_OVERHEAD} {verdict})")
 
 
 #: The most the callback's epoch may cost, over one plain Explainer call.
@@ -798,7 +860,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--only", choices=["engine", "savedmodel", "methods", "end-to-end",
                                            "memory", "memory-big", "ray", "callback",
-                                           "report", "costs", "targets", "precision",
+                                           "report", "costs", "blackbox", "targets", "precision",
                                            "startup"])
     parser.add_argument("--methods", default=None,
                         help="With --only costs: a comma list of methods (default: all).")
@@ -820,6 +882,8 @@ def main() -> None:
             target_costs()
         if args.only in (None, "costs"):
             method_costs(only=args.methods.split(",") if args.methods else None)
+        if args.only in (None, "blackbox"):
+            blackbox_costs()
         if args.only in (None, "callback"):
             callback_cost(folder)
         if args.only in (None, "report"):

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from guidedbp import METHODS
+from guidedbp.checks.metrics_catalog import METRIC_NAMES
 from guidedbp.render import COLORMAPS, RENDERS
 from tests.helpers import subprocess_environment
 
@@ -61,7 +62,9 @@ def test_bash_completes_commands_and_evaluate_lists():
     assert "explain" in bash_completions("guidedbp ex")
     assert bash_completions("guidedbp de") == ["demo"]
     assert bash_completions("guidedbp evaluate --metric pointing,") == [
-        "pointing,energy", "pointing,deletion", "pointing,insertion"]
+        "pointing,energy", "pointing,deletion", "pointing,insertion",
+        *(f"pointing,{name}" for name in METRIC_NAMES)]
+    assert "all" in bash_completions("guidedbp evaluate --metric ")
     assert bash_completions("guidedbp evaluate --method occ") == ["occlusion"]
 
 
@@ -77,8 +80,10 @@ def test_every_shell_gets_a_script_to_source(shell, hook):
 
 
 @pytest.mark.parametrize(("shell", "cword", "expected"), [
-    ("zsh", "3", "plain\nguided,gradcam\n_\nplain\nguided,gradcam++\n_\n"),
-    ("fish", "guided,gr", "plain,guided,gradcam\nplain,guided,gradcam++\n"),
+    ("zsh", "3", "plain\nguided,gradcam\n_\nplain\nguided,gradcam++\n_\n"
+                 "plain\nguided,gradient-input\n_\n"),
+    ("fish", "guided,gr", "plain,guided,gradcam\nplain,guided,gradcam++\n"
+                  "plain,guided,gradient-input\n"),
 ])
 def test_zsh_and_fish_get_the_same_values(shell, cword, expected):
     # The protocol the zsh and fish scripts speak (neither shell is on this machine): zsh

@@ -74,9 +74,10 @@ def test_every_reader_takes_the_methods_from_the_registry():
     from guidedbp.cli.evaluate import DEFAULT_METHODS
 
     # By default evaluate leaves out the methods of many passes per image.
-    assert DEFAULT_METHODS == tuple(m for m in ALL_METHODS if not method(m).path_integrated
-                                    and not method(m).perturbation)
-    assert {"integrated-gradients", "scorecam", "occlusion"}.isdisjoint(DEFAULT_METHODS)
+    assert DEFAULT_METHODS == tuple(m for m in ALL_METHODS if method(m).runner == "gradient")
+    assert {"integrated-gradients", "scorecam", "occlusion", "squaregrad", "vargrad", "rise",
+            "kernelshap", "lime", "sobol"}.isdisjoint(DEFAULT_METHODS)
+    assert {"guided", "gradient-input", "eigencam"} <= set(DEFAULT_METHODS)
     bad = run_cli("explain", "demo", "x.png", "--method", "guided,nope")
     assert bad.exit_code == 2 and "nope: choose from " + ", ".join(ALL_METHODS) in bad.output
 
@@ -144,9 +145,10 @@ def test_several_methods_equal_each_method_alone(random_cnn):
         alone = Explainer(random_cnn, name, **options).explain(images, [0, 1, 2, 3, 0])
         np.testing.assert_array_equal(explanation.by_method[name], alone.maps, err_msg=name)
         np.testing.assert_array_equal(explanation.probabilities, alone.probabilities)
-    # One trace for every gradient method, one for integrated gradients' base, one forward
-    # pass for the perturbed copies of Score-CAM and occlusion.
-    assert together.trace_count == 3
+    # One trace for every gradient method, one for integrated gradients' base, one for the
+    # noisy copies of SquareGrad and VarGrad, one forward pass for the perturbed copies of
+    # Score-CAM and occlusion.
+    assert together.trace_count == 4
     assert together.report.method == ",".join(ALL_METHODS)
     assert together.report.guided_activations == {"relu": 1, "relu6": 1}
     assert together.report.layer is not None

@@ -78,6 +78,11 @@ SHARED = [
     ("patch", 6, "occlusion", {}, True),
     ("stride", 2, "occlusion", {"patch": 6}, True),
     ("fill", 0.0, "occlusion", {}, True),
+    ("grid", 2, "rise", {"masks": 16}, True),
+    ("masks", 8, "rise", {}, True),
+    ("keep_probability", 0.25, "rise", {"masks": 16}, True),
+    ("samples", 16, "lime", {}, True),
+    ("designs", 2, "sobol", {}, True),
     ("size", (12, 20), "guided", {}, True),
     ("resize", "crop", "guided", {}, True),
 ]

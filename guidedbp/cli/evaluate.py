@@ -1,5 +1,7 @@
 """``guidedbp evaluate``: how well maps point at the object (against ground-truth masks)
-and how faithful they are to the model (deletion and insertion, no masks needed)."""
+and how faithful they are to the model (deletion and insertion, no masks needed), with
+the metric families of :mod:`guidedbp.checks.metrics_catalog` (faithfulness,
+robustness, complexity, randomisation; :mod:`guidedbp.cli.evaluate_metrics`)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import functools
 import json
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
 import numpy as np
@@ -20,6 +23,7 @@ from guidedbp.checks.faithfulness import (
     deletion_insertion,
     join,
 )
+from guidedbp.checks.metrics_catalog import METRIC_NAMES
 from guidedbp.cli.common import (
     UsageFailure,
     batch_size_option,
@@ -34,19 +38,41 @@ from guidedbp.cli.common import (
     precision_option,
 )
 from guidedbp.cli.evaluate_output import check_figure_targets, format_table, write_curves
-from guidedbp.engine.methods import METHODS, REGISTRY
+from guidedbp.engine.methods import GRADIENT, METHODS, REGISTRY
+
+if TYPE_CHECKING:
+    from guidedbp.cli.evaluate_metrics import FamilyScores
 
 TOLERANCE = 15  # pixels, as in Zhang et al. (2016)
 #: Synthetic shapes at most (--shapes): each is drawn, held and explained.
 MAX_SHAPES = 10000
-# Methods evaluated by default: all but those of many passes per image (integrated
-# gradients, Score-CAM, occlusion), which make it slow (ask for them with --method).
-DEFAULT_METHODS = tuple(m.name for m in REGISTRY.values()
-                        if not m.path_integrated and not m.perturbation)
+# Methods evaluated by default: those of one traced pass per image. The others (integrated
+# gradients, SquareGrad and VarGrad, Score-CAM, occlusion, the black-box methods) make it
+# slow: ask for them with --method.
+DEFAULT_METHODS = tuple(m.name for m in REGISTRY.values() if m.runner == GRADIENT)
 #: Metrics that score a map against an object's mask (--masks or --shapes).
 MASK_METRICS = ("pointing", "energy")
-#: Every --metric: the mask metrics, then the deletion and insertion games.
-METRICS = (*MASK_METRICS, *GAMES)
+#: Every --metric: the mask metrics, the deletion and insertion games, then the metric
+#: families (faithfulness, robustness, complexity, randomisation), none of which needs masks.
+METRICS = (*MASK_METRICS, *GAMES, *METRIC_NAMES)
+
+
+def _parse_metrics(ctx, param, value: str) -> tuple[str, ...]:
+    """A --metric value: a comma list of METRICS, or ``all`` (resolved by the command:
+    the mask metrics only where there are masks)."""
+    if value.strip().lower() == "all":
+        return ("all",)
+    return parse_comma_list(METRICS)(ctx, param, value)
+
+
+def _resolve_metrics(metrics: tuple[str, ...], masked: bool, segmentation: bool
+                     ) -> tuple[str, ...]:
+    """``all`` as the metrics the data and model allow; any other list as it is."""
+    if metrics != ("all",):
+        return metrics
+    if segmentation:
+        return MASK_METRICS
+    return METRICS if masked else METRICS[len(MASK_METRICS):]
 
 
 @click.command("evaluate")
@@ -57,7 +83,9 @@ METRICS = (*MASK_METRICS, *GAMES)
                    "and stem.")
 @click.option("--shapes", type=click.IntRange(1, MAX_SHAPES), default=None, metavar="N",
               help="Evaluate on N synthetic shapes (guidedbp.demo.make_shapes) instead.")
-@click.option("--seed", type=int, default=1000, show_default=True, help="Seed of --shapes.")
+@click.option("--seed", type=int, default=1000, show_default=True,
+              help="Seed of --shapes and of the random metrics (mufidelity's subsets, the "
+                   "sensitivity noise, random-logit's class, ROAD's imputation noise).")
 @click.option("--distractors", is_flag=True,
               help="With --shapes: add a smaller object of another class to each image.")
 @click.option("--explain-distractor", is_flag=True,
@@ -67,10 +95,11 @@ METRICS = (*MASK_METRICS, *GAMES)
               shell_complete=complete_comma_list(METHODS, extra=("all",)),
               callback=parse_methods, metavar="LIST", help="Comma list of methods, or 'all'.")
 @click.option("--metric", "metrics", default=",".join(MASK_METRICS), show_default=True,
-              shell_complete=complete_comma_list(METRICS),
-              callback=parse_comma_list(METRICS), metavar="LIST",
-              help=f"Comma list of {', '.join(METRICS)}. pointing and energy need --masks or "
-                   "--shapes; deletion and insertion need no masks.")
+              shell_complete=complete_comma_list(METRICS, extra=("all",)),
+              callback=_parse_metrics, metavar="LIST",
+              help=f"Comma list of {', '.join(METRICS)}, or 'all'. pointing and energy "
+                   "need --masks or --shapes; the others need no masks ('all' takes them "
+                   "all, the mask metrics only where there are masks).")
 @click.option("--costs", is_flag=True,
               help="Also time each method alone on the first batch (after a warm-up run) "
                    "and print its cost per image relative to guided.")
@@ -114,6 +143,16 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     Per image and averaged per method.
 
     \b
+    Metric families, on any images, no masks needed (direction in brackets):
+      faithfulness   mufidelity (higher), average-drop (lower),
+                     average-increase (higher), average-gain (higher),
+                     road-morf (lower), road-lerf (higher)
+      robustness     max-sensitivity, avg-sensitivity (lower)
+      complexity     sparseness (higher), complexity (lower)
+      randomisation  random-logit (lower)
+    Means per method; each image's value in --json.
+
+    \b
     Classes are the true labels with --shapes, else the model's top-1 predictions.
 
     \b
@@ -128,8 +167,11 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
       guidedbp evaluate demo-seg --shapes 200 --method guided,vanilla,gradcam
       guidedbp evaluate demo sample_images/shapes --masks sample_images/masks/shapes
       guidedbp evaluate keras:ResNet50 photos --metric deletion,insertion --json
+      guidedbp evaluate demo --shapes 50 --method guided,gradcam --metric all
     """
-    settings = Settings(metrics, tolerance, steps, baseline)
+    every = metrics == ("all",)
+    metrics = _resolve_metrics(metrics, shapes is not None or masks is not None, False)
+    settings = Settings(metrics, tolerance, steps, baseline, seed)
     if plot_curves is not None and not settings.games:
         raise click.UsageError("--plot-curves needs --metric deletion or insertion")
     if (shapes is None) == (not images):
@@ -137,7 +179,7 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
                                else "give IMAGES, or --shapes N")
     if images and masks is None and settings.masked:
         raise click.UsageError(f"IMAGES need --masks DIR for --metric "
-                               f"{','.join(settings.masked)} (deletion and insertion need none)")
+                               f"{','.join(settings.masked)} (the other metrics need none)")
     if masks is not None and not settings.masked:
         raise click.UsageError("--masks is only used by --metric pointing and energy")
     if explain_distractor and not distractors:
@@ -156,8 +198,11 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     loaded = load_model(model, **load_options(options))
     from guidedbp.cli.evaluate_regions import is_segmentation, refuse_for_segmentation
 
+    if every and is_segmentation(loaded):
+        metrics = _resolve_metrics(("all",), True, True)
+        settings = Settings(metrics, tolerance, steps, baseline, seed)
     if is_segmentation(loaded):
-        refuse_for_segmentation(shapes, settings.games, costs)
+        refuse_for_segmentation(shapes, settings.games + settings.families, costs)
     if shapes is not None:
         samples = _synthetic(shapes, seed, distractors, explain_distractor)
     else:
@@ -172,7 +217,7 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
         from guidedbp.cli.evaluate_regions import measure_segmentation
 
         scored, extra = measure_segmentation(loaded, explainer, samples, tolerance, options)
-        measured = Measured(scored, {})
+        measured = Measured(scored, {}, None)
     else:
         measured = measure(loaded, explainer, samples, settings, options)
     result = {
@@ -190,6 +235,10 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     result.update(extra)
     if settings.games:
         result["faithfulness"] = faithfulness_record(measured, samples, loaded.labels)
+    if measured.families is not None:
+        from guidedbp.cli.evaluate_metrics import family_record
+
+        result["scores"] = family_record(measured.families)
     if costs:
         result["costs"] = _costs(loaded, samples, methods, batch_size, options, guide,
                                  precision)
@@ -228,6 +277,7 @@ class Settings:
     tolerance: float
     steps: int
     baseline: str
+    seed: int = 0
 
     @property
     def masked(self) -> tuple[str, ...]:
@@ -239,14 +289,21 @@ class Settings:
         """The games asked."""
         return tuple(m for m in self.metrics if m in GAMES)
 
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The metric families' metrics asked."""
+        return tuple(m for m in self.metrics if m in METRIC_NAMES)
+
 
 @dataclass(frozen=True)
 class Measured:
-    """Every image's mask scores per method (empty lists without mask metrics) and each
-    method's :class:`~guidedbp.checks.faithfulness.Faithfulness` (none without games)."""
+    """Every image's mask scores per method (empty lists without mask metrics), each
+    method's :class:`~guidedbp.checks.faithfulness.Faithfulness` (none without games) and
+    the metric families' scores (None when none was asked)."""
 
     scored: dict
     faithfulness: dict
+    families: FamilyScores | None = None
 
 
 @dataclass(frozen=True)
@@ -342,6 +399,7 @@ def _costs(loaded, samples: list, methods, batch_size: int, options: dict,
 def measure(loaded, explainer, samples: list, settings: Settings, options: dict) -> Measured:
     """Explain the samples a batch at a time; score each map against its mask and play
     the deletion and insertion games with it, as ``settings`` asks."""
+    from guidedbp.cli.evaluate_metrics import FamilyScores
     from guidedbp.demo.metrics import energy_inside, pointing_game
     from guidedbp.models.preprocess import prepare
     from guidedbp.models.preprocess import preprocess as pixels_to
@@ -349,6 +407,7 @@ def measure(loaded, explainer, samples: list, settings: Settings, options: dict)
     scored: dict[str, list] = {m: [] for m in explainer.methods}
     parts: dict[str, list] = {m: [] for m in explainer.methods}
     pixel_to_input = functools.partial(pixels_to, mode=loaded.preprocess)
+    families = FamilyScores(settings.families, settings.seed) if settings.families else None
 
     def probabilities(inputs: np.ndarray) -> np.ndarray:
         return explainer.predict(inputs)[1]
@@ -366,6 +425,10 @@ def measure(loaded, explainer, samples: list, settings: Settings, options: dict)
         truth = [sample.label for sample in chunk]
         targets = None if any(t is None for t in truth) else np.array(truth, np.int32)
         explanation = explainer.explain(inputs, targets)
+        if families is not None:
+            families.measure(explainer, explanation,
+                             np.stack([fitted for fitted, _, _ in prepared]).astype(np.float32),
+                             inputs, pixel_to_input)
         for method, maps in explanation.by_method.items():
             if settings.games:
                 parts[method].append(deletion_insertion(
@@ -388,7 +451,7 @@ def measure(loaded, explainer, samples: list, settings: Settings, options: dict)
                     else bool(pointing_game(magnitude, other[None], settings.tolerance)[0]),
                 ))
     faithfulness = {m: join(found) for m, found in parts.items() if found}
-    return Measured(scored, faithfulness)
+    return Measured(scored, faithfulness, families)
 
 
 def _class_name(labels, target: int) -> str:

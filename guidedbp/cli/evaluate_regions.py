@@ -49,15 +49,17 @@ def is_segmentation(loaded) -> bool:
 
 
 def refuse_for_segmentation(shapes: int | None, games: tuple, costs: bool) -> None:
-    """What a segmentation model cannot be evaluated on, refused before any work."""
+    """What a segmentation model cannot be evaluated on, refused before any work
+    (``games``: the games and metric families asked)."""
     import click
 
     if shapes is None:
         raise click.UsageError("a segmentation model is evaluated on --shapes N (each "
                                "shape's region is explained against its exact mask)")
     if games:
-        raise click.UsageError(f"--metric {','.join(games)} scores a classifier's class "
-                               "probability; a segmentation model takes pointing,energy")
+        raise click.UsageError(f"--metric {','.join(games)} explains and scores a "
+                               "classifier's classes; a segmentation model takes "
+                               "pointing,energy")
     if costs:
         raise click.UsageError("--costs times class targets: not for a segmentation model")
 

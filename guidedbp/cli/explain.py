@@ -7,6 +7,7 @@ take their defaults and choices from those options.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -32,18 +33,30 @@ from guidedbp.cli.common import (
 )
 from guidedbp.cli.targets import TARGET_HELP, complete_target, parse_targets
 from guidedbp.engine.methods import METHODS, REGISTRY
-from guidedbp.engine.options import BASELINES, MAX_SMOOTH, MAX_STEPS, UPSAMPLING
+from guidedbp.engine.options import (
+    BASELINES,
+    MAX_SMOOTH,
+    MAX_STEPS,
+    STATISTIC_COPIES,
+    UPSAMPLING,
+    BlackBoxOptions,
+)
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, MAX_CLASSES, MAX_DPI, MIN_DPI, RunOptions
 from guidedbp.pipeline.preflight import hidden_phrase
 from guidedbp.plot import FIGURE_FORMATS
 from guidedbp.render import COLORMAPS, MAX_TILE, MIN_TILE, RENDERS
 from guidedbp.render.options import OUTPUT_SIZES
 
+#: The black-box methods' flags (rise, kernelshap, lime, sobol): a --help group of their own.
+BLACKBOX_FLAGS = [spec.name for spec in dataclasses.fields(BlackBoxOptions)]
+
 #: --help's option groups, by parameter name.
 OPTION_GROUPS = [
     ("Methods", ["methods", *(name for name in dict.fromkeys([
         "layer", "upsample", "smooth", "noise", "seed", "steps", "baseline",
-        *described_method_names()]) if name != "precision")]),  # precision: with batch_size
+        *described_method_names()])  # precision: with batch_size
+        if name not in ("precision", *BLACKBOX_FLAGS))]),
+    ("Black-box methods", BLACKBOX_FLAGS),
     ("Classes", ["classes", "top_k"]),
     ("Targets", ["targets", "model_output", "mask_dir"]),
     ("Rendering", ["renders", "output_size", "cmap", "clip", "alpha", "tile"]),
@@ -110,16 +123,20 @@ file it did not write.""")
 @field_option("methods", "--method", metavar="LIST", callback=parse_methods, help=METHODS_HELP,
               shell_complete=complete_comma_list(METHODS, extra=("all",)))
 @field_option("layer", "--layer",
-              help="Layer of the class activation maps (gradcam, gradcam++, layercam, "
-                   "scorecam and their guided versions). Default: the last 4-D layer before "
-                   "pooling, inside nested models too.")
+              help="Layer of the class activation maps ("
+                   + ", ".join(m.name for m in REGISTRY.values() if "gradcam" in m.options)
+                   + "). Default: the last 4-D layer before pooling, inside nested models "
+                   "too.")
 @field_option("upsample", "--upsample", type=Choice(UPSAMPLING),
               help="Grad-CAM upsampling to the input size.")
 @field_option("smooth", "--smooth", type=click.IntRange(0, MAX_SMOOTH), metavar="N",
-              help="SmoothGrad: average each method over N noisy copies (0: off).")
+              help="SmoothGrad: average each method over N noisy copies (0: off); also "
+                   f"the copies of squaregrad and vargrad [{STATISTIC_COPIES} when off].")
 @field_option("noise", "--noise", type=click.FloatRange(min=0),
               help="SmoothGrad noise, relative to each image's value range.")
-@field_option("seed", "--seed", type=int, help="SmoothGrad noise seed.")
+@field_option("seed", "--seed", type=int,
+              help="Seed of SmoothGrad's noise and of the random masks and coalitions of "
+                   "rise, kernelshap and lime (per image).")
 @field_option("steps", "--steps", type=click.IntRange(1, MAX_STEPS),
               help="Integrated-gradients steps.")
 @field_option("baseline", "--baseline", type=Choice(BASELINES),

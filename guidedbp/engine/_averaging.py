@@ -3,12 +3,13 @@
 Each is written once, on top of any map function that runs the model in batches,
 so all noisy copies or interpolation steps go through the model batch by batch,
 never one image at a time. SmoothGrad averages several methods' maps at once, so
-the methods computed from one forward pass share their noisy copies too.
+the methods computed from one forward pass share their noisy copies too; it keeps the
+variance over the copies instead of the mean for the methods that ask (VarGrad).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import numpy as np
 
@@ -21,13 +22,16 @@ MethodMapsFunction = Callable[[np.ndarray, np.ndarray], dict[str, np.ndarray]]
 
 def smoothgrad(
     maps_for: MethodMapsFunction, images: np.ndarray, samples: int, noise: float, seed: int,
-    chunk: int,
+    chunk: int, variance: Collection[str] = (),
 ) -> dict[str, np.ndarray]:
     """SmoothGrad (Smilkov et al., 2017): the mean map over noisy copies.
 
     Each image gets ``samples`` copies with Gaussian noise of standard deviation
     ``noise * (max - min)`` of that image. Noise for image ``i`` is drawn from
     ``numpy.random.default_rng([seed, i])``, so maps do not depend on batching.
+    The methods named in ``variance`` get the population variance of their maps over
+    the copies instead (VarGrad), in float64: two-pass within a batch of copies, batches
+    joined by Chan et al.'s update, never ``E[m^2] - E[m]^2``.
 
     Args:
         maps_for: The base methods on a batch of copies and the image each copy is of
@@ -38,9 +42,10 @@ def smoothgrad(
         noise: Relative noise level.
         seed: Seed of the noise.
         chunk: Copies per model batch.
+        variance: The methods whose variance over the copies is kept, not their mean.
 
     Returns:
-        method -> float32 mean maps, ``(N, ...)``.
+        method -> float32 mean (or variance) maps, ``(N, ...)``.
     """
     result: dict[str, np.ndarray] = {}
 
@@ -52,7 +57,8 @@ def smoothgrad(
 
     if samples > chunk:  # one image at a time, its copies a batch at a time: memory does
         for index, image in enumerate(images):  # not grow with the number of copies
-            keep(index, _chunked_mean(maps_for, image, samples, noise, seed, index, chunk))
+            keep(index, _chunked_mean(maps_for, image, samples, noise, seed, index, chunk,
+                                      variance))
         return result
     per_group = chunk // samples
     for start in range(0, len(images), per_group):
@@ -61,24 +67,40 @@ def smoothgrad(
                                         samples, noise)
                                  for offset, image in enumerate(group)])
         by_method = maps_for(copies, np.repeat(np.arange(start, start + len(group)), samples))
-        keep(start, {name: maps.reshape(len(group), samples, *maps.shape[1:])
-                     .mean(axis=1, dtype=np.float64) for name, maps in by_method.items()})
+        keep(start, {name: (np.var if name in variance else np.mean)(
+                         maps.reshape(len(group), samples, *maps.shape[1:]), axis=1,
+                         dtype=np.float64)
+                     for name, maps in by_method.items()})
     return result
 
 
 def _chunked_mean(maps_for: MethodMapsFunction, image: np.ndarray, samples: int,
-                  noise: float, seed: int, index: int, chunk: int) -> dict[str, np.ndarray]:
-    """One image's mean maps over ``samples`` noisy copies, made ``chunk`` at a time from
-    the image's one noise stream (so the same copies as made all at once)."""
+                  noise: float, seed: int, index: int, chunk: int,
+                  variance: Collection[str] = ()) -> dict[str, np.ndarray]:
+    """One image's mean (or, for the methods in ``variance``, variance) maps over
+    ``samples`` noisy copies, made ``chunk`` at a time from the image's one noise stream
+    (so the same copies as made all at once)."""
     rng = np.random.default_rng([seed, index])
     totals: dict[str, np.ndarray] = {}
+    moments: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # variance's: (mean, M2)
     for start in range(0, samples, chunk):
         count = min(chunk, samples - start)
         copies = _noisy(rng, image, count, noise)
         for name, maps in maps_for(copies, np.full(count, index)).items():
+            if name in variance:
+                mean = maps.mean(axis=0, dtype=np.float64)
+                squares = np.square(maps - mean).sum(axis=0)
+                if name in moments:  # Chan et al. (1979): join two batches' moments
+                    before, m2 = moments[name]
+                    delta = mean - before
+                    mean = before + delta * (count / (start + count))
+                    squares = m2 + squares + delta**2 * (start * count / (start + count))
+                moments[name] = (mean, squares)
+                continue
             total = maps.sum(axis=0, dtype=np.float64)
             totals[name] = total if name not in totals else totals[name] + total
-    return {name: (total / samples)[None] for name, total in totals.items()}
+    return {**{name: (total / samples)[None] for name, total in totals.items()},
+            **{name: (m2 / samples)[None] for name, (_, m2) in moments.items()}}
 
 
 def _noisy(rng: np.random.Generator, image: np.ndarray, samples: int, noise: float

@@ -42,7 +42,8 @@ def of_images(by_method: dict, count: int, span: Callable[[], float],
     ``sum |map| * span`` for input gradients (guided, vanilla, deconvnet), ``span`` being
     the distance from black to white pixels in the model's input space (asked for once,
     when first needed): to first order, what moving every input value across the whole
-    pixel range would do. Class activation maps and perturbation maps are not measured.
+    pixel range would do. Class activation maps, perturbation maps and the statistics
+    over noisy copies (SquareGrad, VarGrad: squared gradients) are not measured.
     """
     per_image = []
     width = None
@@ -50,7 +51,8 @@ def of_images(by_method: dict, count: int, span: Callable[[], float],
         found = [kinds.empty_region(empty[index])] if empty and empty[index] else []
         for name, maps in by_method.items():
             record = registry.method(name)
-            if record.relu_rule is None or record.feature_map:
+            if (record.relu_rule is None or record.feature_map
+                    or record.runner == registry.NOISE_STATISTIC):
                 continue  # not in the score's units, nor per unit of input
             effect = float(np.abs(maps[index], dtype=np.float64).sum())
             if not record.path_integrated:

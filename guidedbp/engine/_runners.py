@@ -10,6 +10,9 @@
 - :class:`PathIntegratedRunner` (``path-integrated``): a gradient method's map integrated
   along a path from a baseline (:mod:`guidedbp.engine._averaging`), many traced passes
   per image, one class at a time.
+- :class:`NoiseStatisticRunner` (``noise-statistic``): a statistic of a gradient method's
+  map over SmoothGrad's noisy copies (SquareGrad, VarGrad), many traced passes per image,
+  K classes at once.
 
 Every runner answers ``maps(names, key, images, columns, traced)`` with method ->
 float32 ``(N, K, ...)`` maps, ``columns`` the K targets per image
@@ -17,7 +20,8 @@ float32 ``(N, K, ...)`` maps, ``columns`` the K targets per image
 resolved, regions found). :class:`MethodRunners` groups an explainer's methods by
 the runner their records name and asks each runner for its group, in the order of
 :data:`~guidedbp.engine.methods.RUNNERS`. SmoothGrad is not a runner: it averages
-every runner's maps over noisy copies (:func:`~guidedbp.engine._averaging.smoothgrad`).
+every runner's maps over noisy copies (:func:`~guidedbp.engine._averaging.smoothgrad`),
+but for the noise-statistic runner's, which are statistics over those very copies already.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from guidedbp.engine import _averaging, _perturbation
+from guidedbp.engine import _averaging, _blackbox, _perturbation
 from guidedbp.engine import methods as registry
 from guidedbp.engine._columns import Columns
 from guidedbp.engine._functions import TracedFunctions
@@ -73,9 +77,12 @@ class Runner:
         shares_columns: Whether it explains K classes per image in one run, reading
             the traced pass of those K classes; else it runs one class at a time, with
             no traced pass (``traced`` is ``None``).
+        draws_noise: Whether its maps are statistics over SmoothGrad's noisy copies
+            already, which SmoothGrad does not average again.
     """
 
     shares_columns = True
+    draws_noise = False
 
     def traced_methods(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """The gradient methods whose traced pass it runs anyway: the explainer resolves
@@ -138,7 +145,8 @@ class GradientRunner(Runner):
 
 class PerturbationRunner(Runner):
     """Maps from the model's scores on perturbed copies, forward only: Score-CAM,
-    occlusion (their ``combine`` reads a :class:`~guidedbp.engine._perturbation.Probe`)."""
+    occlusion and the black-box methods, RISE, KernelSHAP, LIME, Sobol (their ``combine``
+    reads a :class:`~guidedbp.engine._blackbox.BlackBoxProbe`)."""
 
     def __init__(self, functions: TracedFunctions, options: MethodOptions,
                  pixel_values: PixelValues):
@@ -150,6 +158,9 @@ class PerturbationRunner(Runner):
         if "occlusion" in names:  # its patch fits, and not too often
             occlusion = self.options.occlusion
             _perturbation.occlusion_geometry(*image_shape[:2], occlusion.patch, occlusion.stride)
+        for name in names:  # the black-box methods' grid fits, and not too many passes
+            if "blackbox" in registry.method(name).options:
+                _blackbox.check(name, self.options.blackbox, *image_shape[:2])
 
     def maps(self, names, key, images, columns, traced):
         outputs = {spec.output for spec in columns.specs}
@@ -168,10 +179,11 @@ class PerturbationRunner(Runner):
                 part = columns.take(rows)
                 return function(batch, part.classes, part.data).numpy()
 
-        probe = _perturbation.Probe(
+        probe = _blackbox.BlackBoxProbe(
             images, columns.width, scores, self.options.batch_size, self.options,
             features=None if traced is None else traced.features,
             fill=self.pixel_values(self.options.occlusion.fill, images.shape[-1]),
+            seed=self.options.smoothgrad.seed,
         )
         return {name: registry.method(name).combine(probe) for name in names}
 
@@ -212,6 +224,34 @@ class PathIntegratedRunner(Runner):
         return result
 
 
+class NoiseStatisticRunner(Runner):
+    """Statistics over SmoothGrad's noisy copies of the map each record's ``combine``
+    gives in the traced pass, K classes at once: SquareGrad (the mean of the squared
+    plain gradient), VarGrad (the variance of the plain gradient). The copies are
+    SmoothGrad's (``smooth``, ``noise``, ``seed``, seeded per image), or
+    :data:`~guidedbp.engine.options.STATISTIC_COPIES` of them where SmoothGrad is off."""
+
+    draws_noise = True
+
+    def __init__(self, gradient: GradientRunner, options: MethodOptions):
+        self.gradient = gradient
+        self.options = options
+
+    def traced_methods(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        return names
+
+    def maps(self, names, key, images, columns, traced):
+        smooth = self.options.smoothgrad
+
+        def copy_maps(copies: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
+            return self.gradient.run(names, key, copies, columns.take(rows)).maps
+
+        return _averaging.smoothgrad(
+            copy_maps, images, smooth.copies, smooth.noise, smooth.seed,
+            self.options.batch_size,
+            variance={name for name in names if registry.method(name).statistic == "variance"})
+
+
 class MethodRunners:
     """An explainer's methods grouped by the runner their records name, and those runners.
 
@@ -240,6 +280,7 @@ class MethodRunners:
             registry.GRADIENT: self.gradient,
             registry.PERTURBATION: PerturbationRunner(functions, options, pixel_values),
             registry.PATH_INTEGRATED: PathIntegratedRunner(self.gradient, options, pixel_values),
+            registry.NOISE_STATISTIC: NoiseStatisticRunner(self.gradient, options),
         }
         self.groups = by_runner(methods)
         self.runners: dict[str, Runner] = {kind: every[kind] for kind in self.groups}
@@ -259,18 +300,20 @@ class MethodRunners:
         the targets fixed, with their scores."""
         return self.gradient.run(self.clean, key, images, columns)
 
-    def columns(self, key: tuple, images: np.ndarray, columns: Columns
-                ) -> tuple[Pass, dict[str, np.ndarray]]:
+    def columns(self, key: tuple, images: np.ndarray, columns: Columns,
+                noise: bool = True) -> tuple[Pass, dict[str, np.ndarray]]:
         """The traced pass for the K targets ``columns`` and the ``(N, K, ...)`` maps of
-        the runners that explain K targets at once, from it."""
+        the runners that explain K targets at once, from it (but for those that draw
+        noisy copies themselves, unless ``noise``)."""
         traced = self.gradient.run(self.clean, key, images, columns,
                                    features=self.functions.features)
         if traced.features is not None:
             self.feature_channels[key] = int(traced.features.shape[-1])
         maps = {}
         for kind, names in self.groups.items():
-            if self.runners[kind].shares_columns:
-                maps.update(self.runners[kind].maps(names, key, images, traced.columns, traced))
+            runner = self.runners[kind]
+            if runner.shares_columns and (noise or not runner.draws_noise):
+                maps.update(runner.maps(names, key, images, traced.columns, traced))
         return traced, maps
 
     def per_class(self, key: tuple, images: np.ndarray, column: Columns
@@ -286,13 +329,33 @@ class MethodRunners:
 
     def fixed_maps(self, key: tuple, images: np.ndarray, column: Columns
                    ) -> dict[str, np.ndarray]:
-        """Every method's ``(N, ...)`` maps for the one fixed target ``column``: what
-        SmoothGrad averages."""
+        """Every method's ``(N, ...)`` maps for the one fixed target ``column``, but for
+        those that are statistics over noisy copies already (:meth:`noise_statistics`):
+        what SmoothGrad averages."""
         maps = {}
-        if any(runner.shares_columns for runner in self.runners.values()):
-            _, shared = self.columns(key, images, column)
+        if any(runner.shares_columns and not runner.draws_noise
+               for runner in self.runners.values()):
+            _, shared = self.columns(key, images, column, noise=False)
             maps = {name: columns[:, 0] for name, columns in shared.items()}
         return {**maps, **self.per_class(key, images, column)}
+
+    def noise_statistics(self, key: tuple, images: np.ndarray, column: Columns
+                         ) -> dict[str, np.ndarray]:
+        """The ``(N, ...)`` maps of the runners that draw SmoothGrad's noisy copies
+        themselves (SquareGrad, VarGrad), for the one fixed target ``column``: under
+        SmoothGrad, the maps it does not average again."""
+        maps = {}
+        for kind, names in self.groups.items():
+            if self.runners[kind].draws_noise:
+                found = self.runners[kind].maps(names, key, images, column, None)
+                maps.update({name: columns[:, 0] for name, columns in found.items()})
+        return maps
+
+    @property
+    def averaged(self) -> bool:
+        """Whether SmoothGrad has any method to average: one whose runner does not draw
+        noisy copies itself."""
+        return any(not runner.draws_noise for runner in self.runners.values())
 
 
 def hands_out_features(methods: Sequence[str]) -> bool:

@@ -63,6 +63,7 @@ class _Parts:
 
     input_gradient: tf.Tensor | None
     cam: _Cams
+    images: tf.Tensor
 
 
 def predict(model, images, output=None):
@@ -186,7 +187,8 @@ def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
             cams = _Cams(feature_map, feature_gradient, tf.shape(images)[1:3], upsample)
             per_column.append({
                 record.name: tf.cast(
-                    record.combine(_Parts(input_gradients.get(record.relu_rule), cams)),
+                    record.combine(_Parts(input_gradients.get(record.relu_rule), cams,
+                                          tf.cast(images, tf.float32))),
                     tf.float32)
                 for record in records
             })

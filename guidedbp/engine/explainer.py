@@ -70,15 +70,24 @@ class Explainer:
     ``"gradcam"`` is Grad-CAM (Selvaraju et al., 2017), ``"guided-gradcam"`` guided
     backprop times Grad-CAM; ``"gradcam++"`` Grad-CAM++ (Chattopadhyay et al., 2018),
     ``"layercam"`` LayerCAM (Jiang et al., 2021); ``"integrated-gradients"`` is
-    Sundararajan et al. (2017). ``smooth=N`` averages any method over N noisy copies
-    (SmoothGrad, Smilkov et al., 2017). Several methods (``method=("guided",
-    "gradcam")``) share one forward pass, and methods with the same ReLU rule share
-    their backward pass.
+    Sundararajan et al. (2017); ``"gradient-input"`` the plain gradient times the input
+    (Shrikumar et al., 2016); ``"xgradcam"``, ``"hirescam"`` and ``"eigencam"`` are
+    XGrad-CAM (Fu et al., 2020), HiResCAM (Draelos & Carin, 2020) and Eigen-CAM (Muhammad
+    & Yeasin, 2020, no gradient). ``smooth=N`` averages any method over N noisy copies
+    (SmoothGrad, Smilkov et al., 2017); ``"squaregrad"`` (Hooker et al., 2019) and
+    ``"vargrad"`` (Adebayo et al., 2018) are the mean square and the variance of the plain
+    gradient over those copies (16 of them where ``smooth`` is 0 or 1), not averaged again.
+    Several methods (``method=("guided", "gradcam")``) share one forward pass, and methods
+    with the same ReLU rule share their backward pass.
 
     ``"scorecam"`` (Score-CAM, Wang et al., 2020) and ``"occlusion"`` (Zeiler & Fergus,
     2014) are forward-only perturbation methods: about ``max_channels`` (Score-CAM) or
     one per patch position (occlusion, 49 for 224x224 images by default) forward passes
-    per image, batched ``batch_size`` at a time, after the gradient methods' pass. The
+    per image, batched ``batch_size`` at a time, after the gradient methods' pass. So
+    are the black-box methods, which need nothing but the model's scores: ``"rise"``
+    (Petsiuk et al., 2018; ``masks`` passes), ``"kernelshap"`` (Lundberg & Lee, 2017)
+    and ``"lime"`` (Ribeiro et al., 2016) over grid superpixels (``samples`` passes),
+    ``"sobol"`` (Fel et al., 2021; ``designs * (grid ** 2 + 2)`` passes). The
     classes of one image share those passes (:meth:`explain_top_k`); SmoothGrad
     repeats them for each noisy copy. :meth:`predict` gives the same forward pass's
     class scores and probabilities.
@@ -111,7 +120,8 @@ class Explainer:
             occlusion's ``fill``. Default: the identity (the model takes raw pixels).
         **fields: Method options by their flat names (``guide``, ``layer``, ``upsample``,
             ``smooth``, ``noise``, ``seed``, ``steps``, ``baseline``, ``max_channels``,
-            ``patch``, ``stride``, ``fill``, ``precision``), replacing those of
+            ``patch``, ``stride``, ``fill``, ``grid``, ``masks``, ``keep_probability``,
+            ``samples``, ``designs``, ``precision``), replacing those of
             ``options``. ``precision="mixed"`` runs the model's passes in bfloat16 (float16
             on GPUs of compute capability 7.x) on a copy of it, float32 where it matters
             (:mod:`guidedbp.engine._precision`); the maps stay float32.
@@ -252,7 +262,9 @@ class Explainer:
             maps = _averaging.smoothgrad(
                 lambda copies, rows: self._runs.fixed_maps(key, copies, fixed.take(rows)),
                 images, smooth.smooth, smooth.noise, smooth.seed, self.batch_size,
-            )
+            ) if self._runs.averaged else {}
+            # SquareGrad and VarGrad: statistics over those same copies, not averaged again
+            maps.update(self._runs.noise_statistics(key, images, fixed))
         else:
             traced, shared = self._runs.columns(key, images, columns)
             clean = self._explanations(traced, shared)[0]

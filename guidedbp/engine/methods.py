@@ -4,7 +4,7 @@ A gradient method is what its traced function needs (an input gradient under som
 ReLU rule, a feature map and its plain gradient) and how it combines those parts into
 a map. The engine computes the parts every requested method needs from one forward
 pass, one ``tf.gradients`` call per ReLU rule; each record's ``combine`` then turns
-them into that method's map. A perturbation method (Score-CAM, occlusion) needs no
+them into that method's map. A perturbation method (Score-CAM, occlusion, RISE...) needs no
 gradient: its ``combine`` reads the model's scores on perturbed copies of the images,
 which the explainer computes after the traced pass, forward only. Each record names
 the runner that computes it (:data:`RUNNERS`): the explainer groups its methods by
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from guidedbp._text import did_you_mean
+from guidedbp.engine.options import STATISTIC_COPIES
 from guidedbp.errors import ArgumentError
 
 #: ReLU gradient rules, in the order the engine computes them.
@@ -45,20 +46,29 @@ RELU_RULES = ("plain", "guided", "deconvnet")
 #: explainer runs them. ``gradient``: the traced pass, one forward and one backward per
 #: ReLU rule, K classes at once. ``perturbation``: forward passes on perturbed copies,
 #: after the traced pass. ``path-integrated``: many traced passes along a path, per class.
+#: ``noise-statistic``: traced passes on SmoothGrad's noisy copies, K classes at once, kept
+#: as a statistic over the copies (SquareGrad, VarGrad).
 GRADIENT, PERTURBATION, PATH_INTEGRATED = "gradient", "perturbation", "path-integrated"
-RUNNERS = (GRADIENT, PERTURBATION, PATH_INTEGRATED)
+NOISE_STATISTIC = "noise-statistic"
+RUNNERS = (GRADIENT, PERTURBATION, PATH_INTEGRATED, NOISE_STATISTIC)
+
+#: What the ``noise-statistic`` runner keeps of a method's maps over the noisy copies: their
+#: ``mean``, or their population ``variance`` (computed in float64, two-pass).
+STATISTICS = ("mean", "variance")
 
 
 class Parts(Protocol):
     """What a gradient method's ``combine`` may use, inside the traced function."""
 
     input_gradient: object  # (N, H, W, C) gradient of the class score, under the method's rule
+    images: object  # (N, H, W, C) float32 the images, in the model's input space
 
     def cam(self, weighting: str) -> object:
         """(N, H, W, 1) class activation map at the input size, from the feature map and
         its plain gradient: ``weighting`` names a function of the weightings table,
-        ``"gradcam"``, ``"gradcam++"`` or ``"layercam"`` (see
-        :data:`guidedbp.engine._gradcam.WEIGHTINGS`)."""
+        ``"gradcam"``, ``"gradcam++"``, ``"layercam"``, ``"xgradcam"`` or ``"hirescam"``
+        (see :data:`guidedbp.engine._gradcam.WEIGHTINGS`), or of the gradient-free
+        projections, ``"eigencam"`` (:data:`guidedbp.engine._gradcam.PROJECTIONS`)."""
 
 
 class Probe(Protocol):
@@ -71,6 +81,18 @@ class Probe(Protocol):
 
     def occlusion(self) -> object:
         """The mean score drop of the patches that hide each pixel."""
+
+    def rise(self) -> object:
+        """The mean score of random masked copies, weighted by each mask per pixel."""
+
+    def kernelshap(self) -> object:
+        """Each superpixel's Shapley value, by the Shapley kernel's regression."""
+
+    def lime(self) -> object:
+        """Each superpixel's coefficient in a local linear model of the score."""
+
+    def sobol(self) -> object:
+        """Each grid cell's total-order Sobol index."""
 
 
 @dataclass(frozen=True)
@@ -91,13 +113,18 @@ class Method:
             ``perturbation`` for a map from the model's scores on perturbed copies of
             the image, forward only (Score-CAM, occlusion: many forward passes per
             image, after the traced pass), whose ``combine`` takes a :class:`Probe`
-            rather than :class:`Parts`.
+            rather than :class:`Parts`; ``noise-statistic`` for a statistic over
+            SmoothGrad's noisy copies of the map its ``combine`` gives in the traced
+            pass (SquareGrad, VarGrad: ``smooth`` copies per image, 16 when SmoothGrad
+            is off; SmoothGrad does not average them again).
         signed: Whether the sign of its map means something (gradients, score drops),
-            rather than a non-negative coarse map (class activation maps).
+            rather than a non-negative map (class activation maps, SquareGrad, VarGrad).
         options: The :class:`~guidedbp.engine.options.MethodOptions` groups that apply
             to it alone (``gradcam``: the feature-map layer and upsampling).
         combine: The parts -> the map: ``(N, H, W, C)`` from :class:`Parts` in the traced
             function, or ``(N, K, H, W, 1)`` from a :class:`Probe`.
+        statistic: What the ``noise-statistic`` runner keeps of its maps over the noisy
+            copies (one of :data:`STATISTICS`); the other runners ignore it.
     """
 
     name: str
@@ -109,10 +136,14 @@ class Method:
     runner: str = GRADIENT
     signed: bool = True
     options: tuple[str, ...] = ()
+    statistic: str = "mean"
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
             raise ValueError(f"runner={self.runner!r} is not one of {', '.join(RUNNERS)}")
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"statistic={self.statistic!r} is not one of "
+                             f"{', '.join(STATISTICS)}")
 
     @property
     def path_integrated(self) -> bool:
@@ -157,6 +188,42 @@ def _occlusion(probe: Probe):
     return probe.occlusion()
 
 
+def _gradient_input(parts: Parts):
+    return parts.input_gradient * parts.images
+
+
+def _squared_gradient(parts: Parts):
+    return parts.input_gradient * parts.input_gradient
+
+
+def _xgradcam(parts: Parts):
+    return parts.cam("xgradcam")
+
+
+def _hirescam(parts: Parts):
+    return parts.cam("hirescam")
+
+
+def _eigencam(parts: Parts):
+    return parts.cam("eigencam")
+
+
+def _rise(probe: Probe):
+    return probe.rise()
+
+
+def _kernelshap(probe: Probe):
+    return probe.kernelshap()
+
+
+def _lime(probe: Probe):
+    return probe.lime()
+
+
+def _sobol(probe: Probe):
+    return probe.sobol()
+
+
 _REGISTRY = (
     Method("guided", "guided backpropagation", "Springenberg et al. 2015", "guided",
            _input_gradient),
@@ -180,9 +247,40 @@ _REGISTRY = (
            signed=False, options=("gradcam", "scorecam")),
     Method("occlusion", "score drop when a sliding patch hides each region",
            "Zeiler & Fergus 2014", None, _occlusion, runner=PERTURBATION, options=("occlusion",)),
+    Method("rise", "RISE: mean score of randomly masked copies, per pixel",
+           "Petsiuk et al. 2018", None, _rise, runner=PERTURBATION, signed=False,
+           options=("blackbox", "occlusion")),
+    Method("kernelshap", "KernelSHAP: Shapley values of grid superpixels",
+           "Lundberg & Lee 2017", None, _kernelshap, runner=PERTURBATION,
+           options=("blackbox", "occlusion")),
+    Method("lime", "LIME: local linear model of the score over grid superpixels",
+           "Ribeiro et al. 2016", None, _lime, runner=PERTURBATION,
+           options=("blackbox", "occlusion")),
+    Method("sobol", "Sobol: total-order Sobol indices of grid cells' masks",
+           "Fel et al. 2021", None, _sobol, runner=PERTURBATION, signed=False,
+           options=("blackbox", "occlusion")),
     Method("integrated-gradients", "gradient integrated along a path from a baseline",
            "Sundararajan et al. 2017", "plain", _input_gradient, runner=PATH_INTEGRATED,
            options=("integrated_gradients",)),
+    Method("gradient-input", "plain input gradient times the input",
+           "Shrikumar et al. 2016", "plain", _gradient_input),
+    Method("squaregrad", "SquareGrad: mean squared gradient over SmoothGrad's noisy copies "
+           f"({STATISTIC_COPIES} when off)",
+           "Hooker et al. 2019", "plain", _squared_gradient, runner=NOISE_STATISTIC,
+           signed=False),
+    Method("vargrad", "VarGrad: variance of the gradient over SmoothGrad's noisy copies "
+           f"({STATISTIC_COPIES} when off)",
+           "Adebayo et al. 2018", "plain", _input_gradient, runner=NOISE_STATISTIC,
+           signed=False, statistic="variance"),
+    Method("xgradcam", "XGrad-CAM: gradient times activation, normalized per channel",
+           "Fu et al. 2020", None, _xgradcam, feature_map=True, signed=False,
+           options=("gradcam",)),
+    Method("hirescam", "HiResCAM: gradient times activation, position by position",
+           "Draelos & Carin 2020", None, _hirescam, feature_map=True, signed=False,
+           options=("gradcam",)),
+    Method("eigencam", "Eigen-CAM: first principal component of the feature map, no gradient",
+           "Muhammad & Yeasin 2020", None, _eigencam, feature_map=True, signed=False,
+           options=("gradcam",)),
 )
 
 #: Every method by name, in the order the CLI lists them.

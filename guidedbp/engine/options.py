@@ -1,7 +1,8 @@
 """The attribution methods' options: frozen, picklable, defaults declared once.
 
 Grouped by concern: the class activation maps' layer and upsampling, SmoothGrad's
-noise, integrated gradients' path, Score-CAM's channels, occlusion's patch. The CLI
+noise, integrated gradients' path, Score-CAM's channels, occlusion's patch, the black-box
+methods' grid and samples. The CLI
 builds its flags from these fields (a test checks that every default and choice list
 agrees; a field with ``metadata["help"]`` brings its own flag), and the Ray runner
 ships them as they are. Importing this module does not import TensorFlow.
@@ -30,10 +31,17 @@ DEFAULT_BATCH_SIZE = 16
 #: for hours. SmoothGrad's paper finds 50 copies enough; integrated gradients' 20-300 steps.
 MAX_BATCH_SIZE = 1024
 MAX_SMOOTH = 1000
+#: Noisy copies per image of SquareGrad and VarGrad when SmoothGrad is off (``smooth`` 0
+#: or 1): statistics over copies need some.
+STATISTIC_COPIES = 16
 MAX_STEPS = 1000
 #: Occlusion's patch positions per image at most (64 x 64), one forward pass each:
 #: ``patch=1, stride=1`` on a 224x224 image would be 50176.
 MAX_OCCLUSION_POSITIONS = 4096
+#: The black-box methods' forward passes per image at most (rise's masks, kernelshap's and
+#: lime's samples, sobol's designs times cells + 2), and cells per side of their grid.
+MAX_BLACKBOX_PASSES = 100000
+MAX_GRID = 64
 #: Numeric precisions of the forward and backward passes: ``float32`` throughout, or
 #: ``mixed`` (bfloat16 or float16 where the hardware runs it fast, float32 where it matters:
 #: :mod:`guidedbp.engine._precision`).
@@ -110,7 +118,9 @@ class GuideOptions:
 
 @dataclass(frozen=True)
 class SmoothGradOptions:
-    """SmoothGrad (Smilkov et al. 2017), on top of any method.
+    """SmoothGrad (Smilkov et al. 2017), on top of any method; the noisy copies of
+    SquareGrad and VarGrad too (:attr:`copies`), statistics over them that SmoothGrad
+    does not average again.
 
     Attributes:
         smooth: Noisy copies per image, at most :data:`MAX_SMOOTH`; 0 or 1 turns
@@ -134,6 +144,12 @@ class SmoothGradOptions:
     @property
     def active(self) -> bool:
         return self.smooth > 1 and self.noise > 0
+
+    @property
+    def copies(self) -> int:
+        """Noisy copies per image of SquareGrad and VarGrad: ``smooth``, or
+        :data:`STATISTIC_COPIES` when that turns SmoothGrad off."""
+        return self.smooth if self.smooth > 1 else STATISTIC_COPIES
 
 
 @dataclass(frozen=True)
@@ -194,7 +210,8 @@ class OcclusionOptions:
             most :data:`MAX_OCCLUSION_POSITIONS` times on an image. 224x224 images with the
             defaults: 6x6 = 36 positions, one forward pass each (about 17 times guided
             backprop's time on ResNet50).
-        fill: The patch's pixel value, 0-255.
+        fill: The patch's pixel value, 0-255; also what the black-box methods
+            (:class:`BlackBoxOptions`) put where they hide a region.
     """
 
     patch: int | None = field(default=None, metadata={
@@ -207,8 +224,8 @@ class OcclusionOptions:
                 "of the patch].",
         "metavar": "PX", "integer": True, "min": 1})
     fill: float = field(default=127.5, metadata={
-        "help": "Occlusion: the patch's pixel value (0-255, every channel), preprocessed "
-                "like the images.",
+        "help": "Occlusion, rise, kernelshap, lime, sobol: the pixel value (0-255, every "
+                "channel) of what they hide, preprocessed like the images.",
         "metavar": "PIXEL", "min": 0.0, "max": 255.0})
 
     def __post_init__(self):
@@ -222,6 +239,63 @@ class OcclusionOptions:
         if isinstance(self.fill, bool) or not isinstance(self.fill, (int, float)) \
                 or not 0 <= self.fill <= 255:
             raise ArgumentError(f"fill={self.fill!r} must be a pixel value from 0 to 255")
+
+
+@dataclass(frozen=True)
+class BlackBoxOptions:
+    """The black-box methods: RISE (Petsiuk et al. 2018), KernelSHAP (Lundberg & Lee 2017),
+    LIME (Ribeiro et al. 2016) and Sobol indices (Fel et al. 2021).
+
+    Each scores the images with regions hidden (set to occlusion's ``fill``), forward
+    only; the regions are the cells of a ``grid`` x ``grid`` grid. The random draws (RISE's
+    masks, the coalitions) use SmoothGrad's ``seed``, per image. The defaults are the
+    fewest forward passes that point at the object (pointing game >= 0.8, README) on the
+    demo's shapes; models of natural images need more (RISE's paper: 4000 masks).
+
+    Attributes:
+        grid: Cells per side of the grid: RISE's low-resolution masks, Sobol's masks,
+            KernelSHAP's and LIME's superpixels, at most the images' shorter side.
+            ``None``: 7 for RISE (the paper's and Xplique's), 8 for the others (Xplique's
+            Sobol grid), or the shorter side if less.
+        masks: RISE's random masks per image, one forward pass each.
+        keep_probability: RISE: the probability that a cell is kept, in ``(0, 1]``.
+        samples: KernelSHAP's and LIME's coalitions per image, one forward pass each
+            (KernelSHAP adds two: no superpixel and all).
+        designs: Sobol's quasi-Monte Carlo designs; each costs ``grid ** 2 + 2``
+            forward passes (8 designs on grid 8: 528).
+    """
+
+    grid: int | None = field(default=None, metadata={
+        "help": "rise, sobol, kernelshap, lime: cells per side of the grid whose cells they "
+                "hide (rise's random masks, sobol's masks, the superpixels) [default: 7 for "
+                "rise, 8 for the others, or the images' shorter side if less].",
+        "metavar": "N", "integer": True, "min": 1, "max": MAX_GRID})
+    masks: int = field(default=100, metadata={
+        "help": "rise: random masks per image, one forward pass each.",
+        "metavar": "N", "min": 1, "max": MAX_BLACKBOX_PASSES})
+    keep_probability: float = field(default=0.5, metadata={
+        "help": "rise: the probability that a grid cell is kept (not hidden), in (0, 1].",
+        "metavar": "P", "min": 0.0, "max": 1.0})
+    samples: int = field(default=256, metadata={
+        "help": "kernelshap, lime: coalitions of superpixels scored per image, one forward "
+                "pass each.",
+        "metavar": "N", "min": 1, "max": MAX_BLACKBOX_PASSES})
+    designs: int = field(default=8, metadata={
+        "help": "sobol: quasi-Monte Carlo designs, grid^2 + 2 forward passes each (528 for "
+                "8 designs on grid 8).",
+        "metavar": "N", "min": 1, "max": MAX_BLACKBOX_PASSES})
+
+    def __post_init__(self):
+        if self.grid is not None:
+            _positive_int("grid", self.grid, maximum=MAX_GRID)
+        _positive_int("masks", self.masks, maximum=MAX_BLACKBOX_PASSES)
+        _positive_int("samples", self.samples, maximum=MAX_BLACKBOX_PASSES)
+        _positive_int("designs", self.designs, maximum=MAX_BLACKBOX_PASSES)
+        if isinstance(self.keep_probability, bool) \
+                or not isinstance(self.keep_probability, (int, float)) \
+                or not 0 < self.keep_probability <= 1:
+            raise ArgumentError(
+                f"keep_probability={self.keep_probability!r} must be a number in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -243,6 +317,7 @@ class MethodOptions:
         integrated_gradients: :class:`IntegratedGradientsOptions`.
         scorecam: :class:`ScoreCamOptions`.
         occlusion: :class:`OcclusionOptions`.
+        blackbox: :class:`BlackBoxOptions`.
     """
 
     batch_size: int = DEFAULT_BATCH_SIZE
@@ -259,6 +334,7 @@ class MethodOptions:
         default_factory=IntegratedGradientsOptions)
     scorecam: ScoreCamOptions = field(default_factory=ScoreCamOptions)
     occlusion: OcclusionOptions = field(default_factory=OcclusionOptions)
+    blackbox: BlackBoxOptions = field(default_factory=BlackBoxOptions)
 
     def __post_init__(self):
         _positive_int("batch_size", self.batch_size, maximum=MAX_BATCH_SIZE)
@@ -303,7 +379,7 @@ class MethodOptions:
 
 _GROUPS = {"guided": GuideOptions, "gradcam": GradCamOptions, "smoothgrad": SmoothGradOptions,
            "integrated_gradients": IntegratedGradientsOptions, "scorecam": ScoreCamOptions,
-           "occlusion": OcclusionOptions}
+           "occlusion": OcclusionOptions, "blackbox": BlackBoxOptions}
 _FLAT_NAMES = {"batch_size": "", "precision": "",
                **{f.name: group for group, kind in _GROUPS.items()
                   for f in dataclasses.fields(kind)}}
