@@ -4,7 +4,17 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-pythons bench demo demo-model eval clean
+# The peer library, Xplique, in its own venv: `pip install xplique` pins TensorFlow <= 2.20,
+# and guidedbp is never installed there (tests/peer_xplique.py runs in it, by subprocess).
+PEER_VENV := build/xplique-venv
+PEER_STAMP := $(PEER_VENV)/.installed
+# A Python 3.10-3.12 for it: $(PYTHON) when it is one, else pyenv's 3.12, 3.11 or 3.10.
+PEER_PYTHON ?= $(firstword $(shell for p in $(PYTHON) \
+	$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[210]*/bin/python3 2>/dev/null | sort -r); do \
+	$$p -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))' \
+	2>/dev/null && echo $$p; done))
+
+.PHONY: install test test-pythons test-peers peer-venv bench demo demo-model eval clean
 
 install: $(STAMP)
 
@@ -14,10 +24,25 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test,ray,plot]"
 	touch $(STAMP)
 
-# Two pytest workers, one test file each (module fixtures are built once).
+# Two pytest workers, one test file each (module fixtures are built once). Tests marked
+# `peer` (they need build/xplique-venv) are deselected: make test-peers runs them.
 test: $(STAMP)
 	$(PY) -m ruff check guidedbp tests benchmarks
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not peer"
+
+# guidedbp's metrics against Xplique 2.0.2's on the same model and maps (-s prints the
+# table the README shows).
+test-peers: $(STAMP) $(PEER_STAMP)
+	$(PY) -m pytest -q -s -m peer
+
+peer-venv: $(PEER_STAMP)
+
+$(PEER_STAMP):
+	@test -x $(PEER_VENV)/bin/python || test -n "$(PEER_PYTHON)" || \
+		{ echo "make peer-venv needs a Python 3.10-3.12: set PEER_PYTHON=..."; exit 1; }
+	test -x $(PEER_VENV)/bin/python || $(PEER_PYTHON) -m venv $(PEER_VENV)
+	$(PEER_VENV)/bin/python -m pip install --quiet 'xplique==2.0.2' 'tensorflow>=2.16,<=2.20'
+	touch $(PEER_STAMP)
 
 # The wheel and sdist, built once, installed in a fresh venv per Python 3.10-3.13 (3.10 at
 # every runtime floor, 3.13 at the newest releases): make demo's command, check, evaluate and

@@ -440,3 +440,77 @@ def test_evaluate_table_shows_the_direction_and_images_need_no_masks(tmp_path):
     top = json.loads(run_cli("evaluate", "demo", tmp_path, "--method", "guided",
                              "--metric", "all", "--json", "--steps", "2", code=0).stdout)
     assert top["metrics"] == ["deletion", "insertion", *METRIC_NAMES]  # no masks here
+
+
+# -- Xplique's options (tests/test_peer_xplique.py compares them with Xplique itself) ----
+
+
+def test_channels_mean_reads_a_pixel_as_xplique_does():
+    maps = np.zeros((1, 1, 2, 3))
+    maps[0, 0, 0] = [3.0, -3.0, 0.0]  # max |.| 3, mean |.| 2
+    maps[0, 0, 1] = [1.0, 1.0, 1.0]  # max |.| 1, mean |.| 1
+    # mean: magnitudes (2, 1), shares (2/3, 1/3); max: (3, 1), shares (3/4, 1/4).
+    entropy = -(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3))
+    assert complexity(maps, channels="mean")[0] == pytest.approx(entropy)
+    assert complexity(maps)[0] == pytest.approx(-(0.75 * math.log(0.75)
+                                                   + 0.25 * math.log(0.25)))
+    # Gini of (1, 2): (-1 * 1 + 1 * 2) / (2 * 3) = 1/6; of (1, 3): 2 / 8.
+    assert sparseness(maps, channels="mean")[0] == pytest.approx(1 / 6)
+    assert sparseness(maps)[0] == pytest.approx(0.25)
+    one_channel = maps[..., :1]
+    np.testing.assert_array_equal(sparseness(one_channel, channels="mean"),
+                                  sparseness(one_channel))
+    with pytest.raises(ArgumentError, match="channels='sum' is not one of max, mean"):
+        complexity(maps, channels="sum")
+
+
+def test_kept_by_map_averages_magnitudes_over_channels():
+    # Xplique 2.0.2's mask: mean_c |map|, so opposite channels do not cancel.
+    image = np.full((1, 1, 2, 3), 10.0)
+    maps = np.array([[[[1.0, -1.0, 0.0], [0.0, 0.0, 0.0]]]])
+    np.testing.assert_allclose(kept_by_map(image, maps)[0, 0, :, 0], [10.0, 0.0], atol=1e-6)
+
+
+def test_mufidelity_spearman_and_explicit_cells():
+    def predict(inputs):  # class 0: the sum of the squared inputs (monotone, not linear)
+        total = (inputs.astype(np.float64) ** 2).sum(axis=(1, 2, 3))
+        return np.stack([total, -total], axis=1)
+
+    image = np.arange(1.0, 17.0).reshape(1, 4, 4, 1)
+    cells = np.random.default_rng(0).uniform(size=(1, 30, 4, 4)) < 0.3
+    subsets = mufidelity_subsets(predict, image, [0], grid_size=4, samples=30, cells=cells)
+    np.testing.assert_array_equal(subsets.cells, cells)
+    map_ = image  # the drop is the sum of x^2 over S, the map's sum that of x
+    drops = (cells[0].reshape(30, -1) * image.ravel() ** 2).sum(axis=1)
+    sums = (cells[0].reshape(30, -1) * image.ravel()).sum(axis=1)
+    from guidedbp.checks.stats import pearson, spearman
+
+    assert mufidelity(predict, image, map_, [0], grid_size=4, samples=30, cells=cells,
+                      correlation="spearman")[0] == pytest.approx(spearman(drops, sums))
+    assert mufidelity(predict, image, map_, [0], grid_size=4, samples=30,
+                      cells=cells)[0] == pytest.approx(pearson(drops, sums))
+    with pytest.raises(ArgumentError, match="correlation='kendall' is not one of"):
+        mufidelity(predict, image, map_, [0], correlation="kendall")
+    with pytest.raises(ArgumentError, match=r"cells has shape \(1, 30, 3, 3\)"):
+        mufidelity_subsets(predict, image, [0], grid_size=4, samples=30,
+                           cells=cells[:, :, :3, :3])
+
+
+def test_ssim_by_hand_and_random_logit_statistic():
+    from guidedbp.checks.metrics_random_logit import similarities
+    from guidedbp.checks.stats import ssim
+
+    rng = np.random.default_rng(1)
+    first = rng.normal(size=(12, 12, 1))
+    assert ssim(first, first) == pytest.approx(1.0)
+    assert ssim(np.ones((12, 12, 1)), np.ones((12, 12, 1))) == 1.0  # no range: similar
+    # A 1x1 window: per pixel (2xy + c1)/(x^2 + y^2 + c1) * (c2 / c2), here for x = -y.
+    second = -first
+    c1 = (0.01 * np.ptp(np.concatenate([first, second]))) ** 2
+    by_hand = ((-2 * first**2 + c1) / (2 * first**2 + c1)).mean()
+    assert ssim(first, second, window=1) == pytest.approx(by_hand)
+    maps = np.stack([first, first])
+    np.testing.assert_allclose(similarities(maps, np.stack([first, second]), "ssim"),
+                               [1.0, ssim(first, second)])
+    with pytest.raises(ArgumentError, match="statistic='ssm' is not one of spearman, ssim"):
+        similarities(maps, maps, "ssm")

@@ -19,8 +19,8 @@ import numpy as np
 from guidedbp.curves import positive_int
 from guidedbp.errors import ArgumentError
 
-__all__ = ["Predict", "as_classes", "as_images", "as_maps", "class_scores", "finite_mean",
-           "pixel_magnitudes", "seeded"]
+__all__ = ["Predict", "as_choice", "as_classes", "as_images", "as_maps", "class_scores",
+           "finite_mean", "pixel_magnitudes", "seeded"]
 
 #: A model as the metrics see it: ``(n, H, W, C)`` float32 inputs -> ``(n, classes)``
 #: scores (logits or probabilities, as the metric says).
@@ -71,6 +71,17 @@ def as_classes(classes, count: int, name: str = "classes") -> np.ndarray:
     if np.any(array < 0):
         raise ArgumentError(f"{name} must be >= 0, got {int(array.min())}")
     return array.astype(np.int64)
+
+
+def as_choice(value: str, choices, name: str) -> str:
+    """``value`` when it is one of ``choices`` (a tuple or a dict's keys).
+
+    >>> as_choice("mean", ("max", "mean"), "channels")
+    'mean'
+    """
+    if value not in choices:
+        raise ArgumentError(f"{name}={value!r} is not one of {', '.join(choices)}")
+    return value
 
 
 def pixel_magnitudes(maps: np.ndarray) -> np.ndarray:

@@ -42,6 +42,7 @@ import numpy as np
 
 from guidedbp.checks.metrics_arrays import (
     Predict,
+    as_choice,
     as_classes,
     as_images,
     as_maps,
@@ -103,9 +104,7 @@ class MuFidelitySubsets:
     def correlations(self, maps, correlation: str = "pearson") -> np.ndarray:
         """Each image's correlation (a :data:`CORRELATIONS` name) between its drops and
         its map's sums over the subsets (0 where either is constant), float64 ``(N,)``."""
-        if correlation not in CORRELATIONS:
-            raise ArgumentError(f"correlation={correlation!r} is not one of "
-                                f"{', '.join(CORRELATIONS)}")
+        as_choice(correlation, CORRELATIONS, "correlation")
         maps = as_maps(maps)
         if len(maps) != len(self.cells) or maps.shape[1:3] != self.cell_of.shape:
             raise ArgumentError(f"maps has shape {maps.shape}; expected "
@@ -203,9 +202,7 @@ def mufidelity(predict: Predict, inputs, maps, classes, *, correlation: str = "p
     Returns:
         Float64 ``(N,)`` correlations in [-1, 1].
     """
-    if correlation not in CORRELATIONS:  # before the forward passes
-        raise ArgumentError(f"correlation={correlation!r} is not one of "
-                            f"{', '.join(CORRELATIONS)}")
+    as_choice(correlation, CORRELATIONS, "correlation")  # before the forward passes
     images = as_images(inputs)
     maps = as_maps(maps, images)
     return mufidelity_subsets(predict, images, classes, **options).correlations(

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from guidedbp.checks.metrics_arrays import as_maps, pixel_magnitudes
-from guidedbp.errors import ArgumentError
+from guidedbp.checks.metrics_arrays import as_choice, as_maps, pixel_magnitudes
 
 __all__ = ["CHANNEL_REDUCTIONS", "complexity", "sparseness"]
 
@@ -41,9 +40,7 @@ CHANNEL_REDUCTIONS = ("max", "mean")
 def _magnitudes(maps, channels: str) -> np.ndarray:
     """Float64 ``(N, H * W)``: each pixel's magnitude, its channels reduced by
     ``channels`` (a :data:`CHANNEL_REDUCTIONS` entry)."""
-    if channels not in CHANNEL_REDUCTIONS:
-        raise ArgumentError(f"channels={channels!r} is not one of "
-                            f"{', '.join(CHANNEL_REDUCTIONS)}")
+    as_choice(channels, CHANNEL_REDUCTIONS, "channels")
     array = as_maps(maps)
     values = (pixel_magnitudes(array) if channels == "max"
               else np.abs(array).mean(axis=-1))

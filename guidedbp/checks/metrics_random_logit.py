@@ -26,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from guidedbp.checks.metrics_arrays import (
+    as_choice,
     as_classes,
     as_images,
     as_maps,
@@ -72,8 +73,7 @@ def other_classes(classes, num_classes: int, seed: int = 0, first_index: int = 0
 def similarities(maps, other_maps, statistic: str = "spearman") -> np.ndarray:
     """Each pair of maps' similarity, float64 ``(N,)``: the Spearman correlation of their
     magnitudes, or with ``statistic="ssim"`` the SSIM of the signed maps (Xplique's)."""
-    if statistic not in STATISTICS:
-        raise ArgumentError(f"statistic={statistic!r} is not one of {', '.join(STATISTICS)}")
+    as_choice(statistic, STATISTICS, "statistic")
     first, second = as_maps(maps), as_maps(other_maps, name="other_maps")
     if statistic == "ssim":
         if first.shape != second.shape:
@@ -107,8 +107,7 @@ def random_logit(explain: Callable[[np.ndarray, np.ndarray], np.ndarray], inputs
     Returns:
         Float64 ``(N,)`` in [-1, 1].
     """
-    if statistic not in STATISTICS:  # before the maps are computed
-        raise ArgumentError(f"statistic={statistic!r} is not one of {', '.join(STATISTICS)}")
+    as_choice(statistic, STATISTICS, "statistic")  # before the maps are computed
     images = as_images(inputs)
     targets = as_classes(classes, len(images))
     own = explain(images, targets) if maps is None else maps

@@ -95,6 +95,56 @@ def map_similarity(first: np.ndarray, second: np.ndarray) -> float:
     return value
 
 
+def _gaussian_window(size: int, sigma: float) -> np.ndarray:
+    """The normalised 1-D Gaussian of ``size`` taps (the SSIM window is its outer
+    product with itself, as TensorFlow's ``_fspecial_gauss``)."""
+    coords = np.arange(size, dtype=np.float64) - (size - 1) / 2.0
+    weights = np.exp(-0.5 * coords**2 / sigma**2)
+    return weights / weights.sum()
+
+
+def ssim(first, second, *, window: int = 11, sigma: float = 1.5, k1: float = 0.01,
+         k2: float = 0.03) -> float:
+    """The structural similarity (Wang et al. 2004) of two ``(H, W, C)`` maps, as
+    Xplique's ``RandomLogitMetric`` computes it with ``tf.image.ssim``.
+
+    The dynamic range is ``max - min`` over both maps (1.0 when they are one constant
+    value, which counts as similarity 1); the Gaussian window shrinks to the map's
+    shorter side, kept odd; means, variances and covariance are window-weighted over the
+    positions where the window fits (no padding), and the SSIM is the mean over those
+    positions, then over channels.
+
+    Raises:
+        ValueError: Maps of different or non-3-D shapes.
+
+    >>> ramp = np.arange(16.0).reshape(4, 4, 1)
+    >>> ssim(ramp, ramp), round(ssim(ramp, ramp[::-1]), 4)
+    (1.0, -0.7483)
+    """
+    x = np.asarray(first, np.float64)
+    y = np.asarray(second, np.float64)
+    if x.shape != y.shape or x.ndim != 3:
+        raise ValueError(f"ssim needs two (H, W, C) maps of one shape, got {x.shape} and "
+                         f"{y.shape}")
+    data_range = float(max(x.max(), y.max()) - min(x.min(), y.min()))
+    if data_range == 0:
+        return 1.0
+    size = min(window, x.shape[0], x.shape[1])
+    size = max(size - 1 if size % 2 == 0 else size, 1)
+    weights = _gaussian_window(size, sigma)
+
+    def weighted(values: np.ndarray) -> np.ndarray:  # separable, 'valid' positions only
+        rows = np.lib.stride_tricks.sliding_window_view(values, size, axis=0) @ weights
+        return np.lib.stride_tricks.sliding_window_view(rows, size, axis=1) @ weights
+
+    c1, c2 = (k1 * data_range) ** 2, (k2 * data_range) ** 2
+    mean_x, mean_y = weighted(x), weighted(y)
+    luminance = (2 * mean_x * mean_y + c1) / (mean_x**2 + mean_y**2 + c1)
+    structure = ((2 * (weighted(x * y) - mean_x * mean_y) + c2)
+                 / (weighted(x * x + y * y) - mean_x**2 - mean_y**2 + c2))
+    return float((luminance * structure).mean(axis=(0, 1)).mean())
+
+
 def relative_difference(value: np.ndarray, reference: np.ndarray) -> float:
     """``max |value - reference| / max |reference|``: 0 for equal arrays, inf when
     ``reference`` is all zero and ``value`` is not."""
