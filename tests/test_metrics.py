@@ -433,10 +433,17 @@ def test_evaluate_table_shows_the_direction_and_images_need_no_masks(tmp_path):
     result = run_cli("evaluate", "demo", tmp_path, "--method", "guided,vanilla",
                      "--metric", "sparseness,complexity,random-logit", code=0)
     lines = result.stdout.splitlines()
-    start = lines.index("metric families (mean over 1 images, seed 1000)")
-    assert lines[start + 1].split() == ["metric", "better", "guided", "vanilla"]
-    assert [line.split()[:2] for line in lines[start + 2:]] == [
-        ["sparseness", "higher"], ["complexity", "lower"], ["random-logit", "lower"]]
+    start = lines.index("ranking: each metric's mean per method (over 1 images, seed 1000)")
+    assert lines[start + 1].split() == ["method", "sparseness", "complexity", "rand-logit"]
+    assert lines[start + 2].split() == ["better", "higher", "lower", "lower"]
+    assert [line.split()[0] for line in lines[start + 3:]] == ["guided", "vanilla"]
+    record = json.loads(run_cli("evaluate", "demo", tmp_path, "--method", "guided,vanilla",
+                                "--metric", "sparseness,complexity,random-logit", "--json",
+                                code=0).stdout)["scores"]["metrics"]
+    for row, method in zip(lines[start + 3:], ("guided", "vanilla")):  # the JSON's means
+        assert [float(cell) for cell in row.split()[1:]] == [
+            round(record[name]["methods"][method]["mean"], 3)
+            for name in ("sparseness", "complexity", "random-logit")]
     top = json.loads(run_cli("evaluate", "demo", tmp_path, "--method", "guided",
                              "--metric", "all", "--json", "--steps", "2", code=0).stdout)
     assert top["metrics"] == ["deletion", "insertion", *METRIC_NAMES]  # no masks here

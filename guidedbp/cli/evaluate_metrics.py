@@ -30,7 +30,7 @@ from guidedbp.checks.metrics_robustness import (
     relative_changes,
 )
 
-__all__ = ["METRIC_NAMES", "ROAD_NOISE", "FamilyScores", "family_record", "family_table"]
+__all__ = ["METRIC_NAMES", "ROAD_NOISE", "FamilyScores", "family_record", "ranking_table"]
 
 #: ROAD's imputation noise on 0-255 pixels: 0.01 of the range.
 ROAD_NOISE = 0.01 * 255
@@ -157,18 +157,48 @@ def family_record(scores: FamilyScores) -> dict:
     return record
 
 
-def family_table(record: dict) -> list[str]:
-    """One row per metric: its direction, then each method's mean."""
-    metrics = record["metrics"]
-    methods = list(next(iter(metrics.values()))["methods"])
-    width = max(10, *(len(m) + 2 for m in methods))
-    column = max(18, *(len(name) + 2 for name in metrics))
-    lines = ["", f"metric families (mean over {record['images']} images, seed "
-                 f"{record['seed']})",
-             f"{'metric':<{column}}{'better':<8}" + "".join(f"{m:>{width}}" for m in methods)]
-    for name, entry in metrics.items():
-        better = "higher" if entry["direction"] == HIGHER else "lower"
-        cells = "".join(" " * (width - 3) + "  -" if entry["methods"][m]["mean"] is None
-                        else f"{entry['methods'][m]['mean']:>{width}.3f}" for m in methods)
-        lines.append(f"{name:<{column}}{better:<8}" + cells)
+#: The ranking table's columns: (heading, where the value is in the result, direction).
+_RANKED_MASKS = (("pointing", "pointing_game"), ("energy", "energy_inside"))
+_RANKED_GAMES = (("deletion", "deletion", False), ("insertion", "insertion", True))
+_SHORT = {"average-drop": "avg-drop", "average-increase": "avg-incr", "average-gain": "avg-gain",
+          "max-sensitivity": "max-sens", "avg-sensitivity": "avg-sens",
+          "random-logit": "rand-logit"}
+
+
+def ranking_table(result: dict) -> list[str]:
+    """One row per method: every metric asked (its overall mean, the direction under its
+    name), then the method's cost relative to the reference when ``--costs`` asked it."""
+    columns: list[tuple[str, bool | None, dict]] = []  # heading, higher is better, per method
+    overall = [row for row in result.get("results", []) if row.get("class") == "overall"]
+    for heading, key in _RANKED_MASKS:
+        if overall and key in overall[0]:
+            columns.append((heading, True, {row["method"]: row[key] for row in overall}))
+    games = result.get("faithfulness", {}).get("methods", {})
+    for heading, game, higher in _RANKED_GAMES:
+        if games and game in next(iter(games.values())):
+            columns.append((heading, higher, {m: v[game]["mean_auc"] for m, v in games.items()}))
+    for name, entry in result.get("scores", {}).get("metrics", {}).items():
+        columns.append((_SHORT.get(name, name), entry["direction"] == HIGHER,
+                        {m: v["mean"] for m, v in entry["methods"].items()}))
+    costs = result.get("costs")
+    if costs is not None:
+        columns.append(("cost", None, costs["relative"]))
+    methods = list(dict.fromkeys(m for _, _, values in columns for m in values))
+    width = max(10, *(len(heading) + 2 for heading, _, _ in columns))
+    first = max(12, *(len(m) + 2 for m in methods))
+    scores = result.get("scores", {})
+    lines = ["", f"ranking: each metric's mean per method (over {scores.get('images', '?')} "
+                 f"images, seed {scores.get('seed', '?')})"
+             + (f"; cost per image relative to {costs['reference']}" if costs else ""),
+             f"{'method':<{first}}" + "".join(f"{h:>{width}}" for h, _, _ in columns),
+             f"{'better':<{first}}" + "".join(
+                 f"{'' if higher is None else 'higher' if higher else 'lower':>{width}}"
+                 for _, higher, _ in columns)]
+    for method in methods:
+        cells = []
+        for heading, _, values in columns:
+            value = values.get(method)
+            digits = 2 if heading == "cost" else 3
+            cells.append(f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}")
+        lines.append(f"{method:<{first}}" + "".join(cells))
     return lines

@@ -51,9 +51,9 @@ def write_curves(folder: str, record: dict, samples: list) -> None:
 
 
 def format_table(result: dict) -> str:
-    """The mask metrics (rows: classes then overall), the games (rows: images then the
-    mean) and the metric families (rows: metrics, with their direction), one column per
-    method."""
+    """The mask metrics (rows: classes then overall) and the games (rows: images then the
+    mean), one column per method; with the metric families, a ranking of every metric
+    (rows: methods, the direction under each metric, then the costs)."""
     lines = [f"model {result['model']} on {result['data']}"]
     if result.get("target") == "region":
         lines.append("each map explains its shape's region: the shape class's logits summed "
@@ -64,10 +64,10 @@ def format_table(result: dict) -> str:
         lines += _segmentation_table(result["segmentation"])
     if "faithfulness" in result:
         lines += _game_tables(result["faithfulness"])
-    if "scores" in result:
-        from guidedbp.cli.evaluate_metrics import family_table
+    if "scores" in result:  # the metric families: one ranking of every metric and the costs
+        from guidedbp.cli.evaluate_metrics import ranking_table
 
-        lines += family_table(result["scores"])
+        return "\n".join(lines + ranking_table(result))
     if "costs" in result:
         costs = result["costs"]
         width = max(10, *(len(m) + 2 for m in costs["relative"]))
