@@ -63,6 +63,11 @@ SMOKE = (
     "tests/test_savedmodel_inlining.py",
     "tests/test_pytest_plugin.py",
     "tests/test_completion.py",
+    # The newer methods and the metrics: ViT tokens, SavedModel export and Sobol sequences
+    # differ between TensorFlow and Keras releases.
+    "tests/test_gradient_family.py",
+    "tests/test_blackbox_methods.py",
+    "tests/test_metrics.py",
 )
 RUNTIME = ("tensorflow", "keras", "numpy", "pillow", "click")
 TEST_TOOLS = ("pytest", "hypothesis")
