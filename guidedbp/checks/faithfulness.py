@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from guidedbp.checks.metrics_arrays import as_classes
 from guidedbp.curves import GAMES, auc, fractions, positive_int
 from guidedbp.errors import ArgumentError
 from guidedbp.render.maps import magnitude
@@ -348,7 +349,7 @@ def deletion_insertion(
         top = model.probabilities(((i, images[i].pixels) for i in range(len(images))), None)
         targets = np.array([int(np.argmax(row)) for row in top], np.int64)
     else:
-        targets = _classes(classes, len(images))
+        targets = as_classes(classes, len(images), items="pictures")
     curves = {}
     for game in games:
         jobs = ((index, image.perturbed(game, step))
@@ -463,14 +464,3 @@ def _pictures(pictures) -> list[np.ndarray]:
     if not arrays:
         raise ArgumentError("pictures is empty: expected at least one picture")
     return arrays
-
-
-def _classes(classes, count: int) -> np.ndarray:
-    array = np.asarray(classes)
-    if array.ndim != 1 or array.dtype.kind not in "iu":
-        raise ArgumentError(f"classes must be a sequence of class indices, got {classes!r:.80}")
-    if len(array) != count:
-        raise ArgumentError(f"classes has {len(array)} classes for {count} pictures")
-    if np.any(array < 0):
-        raise ArgumentError(f"classes must be >= 0, got {int(array.min())}")
-    return array.astype(np.int64)

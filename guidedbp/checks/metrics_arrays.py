@@ -61,13 +61,15 @@ def as_maps(maps, images: np.ndarray | None = None, name: str = "maps") -> np.nd
     return array
 
 
-def as_classes(classes, count: int, name: str = "classes") -> np.ndarray:
-    """``classes`` as int64 ``(count,)`` class indices, each at least 0."""
+def as_classes(classes, count: int, name: str = "classes", items: str = "images"
+               ) -> np.ndarray:
+    """``classes`` as int64 ``(count,)`` class indices, each at least 0, one per of the
+    ``count`` ``items`` (what the errors call them)."""
     array = np.asarray(classes)
     if array.ndim != 1 or array.dtype.kind not in "iu":
         raise ArgumentError(f"{name} must be a sequence of class indices, got {classes!r:.80}")
     if len(array) != count:
-        raise ArgumentError(f"{name} has {len(array)} classes for {count} images")
+        raise ArgumentError(f"{name} has {len(array)} classes for {count} {items}")
     if np.any(array < 0):
         raise ArgumentError(f"{name} must be >= 0, got {int(array.min())}")
     return array.astype(np.int64)
