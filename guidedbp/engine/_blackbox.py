@@ -156,6 +156,29 @@ def _cell_masks(values: np.ndarray, labels: np.ndarray) -> Callable[[int, int], 
     return masks_of
 
 
+#: Per-cell mask values ``(n, cells)`` -> float64 ``(n, K)``: the scores of an image's
+#: copies masked by them.
+CellScores = Callable[[np.ndarray], np.ndarray]
+
+
+def _cell_attributions(images: np.ndarray, columns: int, grid: int, scores: ScoresFunction,
+                       chunk: int, fill: np.ndarray,
+                       attribute: Callable[[int, CellScores], np.ndarray]) -> np.ndarray:
+    """float32 ``(N, K, H, W, 1)``: each pixel its grid cell's value, ``attribute(row,
+    score)`` giving image ``row``'s ``(cells, K)`` values from the scores of the copies it
+    asks for (KernelSHAP, LIME, Sobol)."""
+    count, height, width = images.shape[:3]
+    labels = segments(height, width, grid)
+    result = np.zeros((count, columns, grid * grid), np.float64)
+    for row, image in enumerate(images):
+        def score(design: np.ndarray, image=image, row=row) -> np.ndarray:
+            return _all_scores(image, row, _cell_masks(design, labels), len(design), fill,
+                               scores, chunk)
+
+        result[row] = attribute(row, score).T
+    return result[:, :, labels].astype(np.float32)[..., None]
+
+
 # -- RISE ------------------------------------------------------------------------------------
 
 
@@ -233,20 +256,16 @@ def kernelshap(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: 
     Returns:
         float32 ``(N, K, H, W, 1)``, each pixel its superpixel's value.
     """
-    count, height, width = images.shape[:3]
-    labels = segments(height, width, grid)
     cells = grid * grid
-    result = np.zeros((count, columns, cells), np.float64)
-    for row, image in enumerate(images):
+
+    def attribute(row: int, score: CellScores) -> np.ndarray:
         coalitions, weights = _shapley_coalitions(np.random.default_rng([seed, row]), cells,
                                                   samples)
-        design = np.concatenate([np.zeros((1, cells)), np.ones((1, cells)), coalitions])
-        found = _all_scores(image, row, _cell_masks(design, labels), len(design), fill,
-                            scores, chunk)
+        found = score(np.concatenate([np.zeros((1, cells)), np.ones((1, cells)), coalitions]))
         empty, full = found[0], found[1]
-        result[row] = _constrained_regression(coalitions, found[2:] - empty, weights,
-                                              full - empty).T
-    return result[:, :, labels].astype(np.float32)[..., None]
+        return _constrained_regression(coalitions, found[2:] - empty, weights, full - empty)
+
+    return _cell_attributions(images, columns, grid, scores, chunk, fill, attribute)
 
 
 def _shapley_coalitions(rng: np.random.Generator, cells: int, samples: int
@@ -300,21 +319,19 @@ def lime(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
     Returns:
         float32 ``(N, K, H, W, 1)``, each pixel its superpixel's coefficient.
     """
-    count, height, width = images.shape[:3]
-    labels = segments(height, width, grid)
     cells = grid * grid
-    result = np.zeros((count, columns, cells), np.float64)
-    for row, image in enumerate(images):
+
+    def attribute(row: int, score: CellScores) -> np.ndarray:
         rng = np.random.default_rng([seed, row])
         coalitions = (rng.random((samples, cells)) < 0.5).astype(np.float64)
         coalitions[0] = 1.0
-        found = _all_scores(image, row, _cell_masks(coalitions, labels), samples, fill,
-                            scores, chunk)
+        found = score(coalitions)
         kept = coalitions.sum(axis=1)
         distances = 1 - np.sqrt(kept / cells)  # cosine distance to the all-ones coalition
         weights = np.sqrt(np.exp(-distances ** 2 / LIME_KERNEL_WIDTH ** 2))
-        result[row] = _ridge(coalitions, found, weights, LIME_RIDGE).T
-    return result[:, :, labels].astype(np.float32)[..., None]
+        return _ridge(coalitions, found, weights, LIME_RIDGE)
+
+    return _cell_attributions(images, columns, grid, scores, chunk, fill, attribute)
 
 
 def _ridge(features: np.ndarray, targets: np.ndarray, weights: np.ndarray, penalty: float
@@ -348,16 +365,13 @@ def sobol(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
     Returns:
         float32 ``(N, K, H, W, 1)``.
     """
-    count, height, width = images.shape[:3]
     cells = grid * grid
     design = _sobol_design(cells, designs)  # (designs * (cells + 2), cells)
-    labels = segments(height, width, grid)
-    result = np.zeros((count, columns, cells), np.float64)
-    for row, image in enumerate(images):
-        found = _all_scores(image, row, _cell_masks(design, labels), len(design), fill,
-                            scores, chunk)
-        result[row] = _jansen(found, designs, cells).T
-    return result[:, :, labels].astype(np.float32)[..., None]
+
+    def attribute(row: int, score: CellScores) -> np.ndarray:
+        return _jansen(score(design), designs, cells)
+
+    return _cell_attributions(images, columns, grid, scores, chunk, fill, attribute)
 
 
 @functools.lru_cache(maxsize=8)
