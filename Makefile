@@ -21,7 +21,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,ray,plot]"
+	$(PY) -m pip install --quiet -e ".[test,ray,plot,segments]"
 	touch $(STAMP)
 
 # Two pytest workers, one test file each (module fixtures are built once). Tests marked

@@ -160,13 +160,25 @@ def test_rise_points_at_the_only_region_that_moves_the_score():
     assert saliency[5:7, 1:3].min() > saliency[:3, 5:].max() + 0.3
 
 
-def test_rise_is_the_score_weighted_mean_of_its_masks():
-    # A constant score c: the map is c * sum_i M_i / (masks * p), about c everywhere.
+def test_rise_is_zero_for_a_constant_score_and_blind_to_an_offset():
+    # sum_i (f_i - mean f) M_i / (masks * p): a score no mask moves gives exactly 0 (the
+    # paper's map would be c * sum_i M_i / (masks * p), about c everywhere), and adding a
+    # constant to the score changes nothing.
     inputs = keras.Input((8, 8, 1))
-    zero = keras.layers.Dense(1, kernel_initializer="zeros", bias_initializer="ones")
-    model = keras.Model(inputs, zero(keras.layers.Flatten()(inputs)))
-    maps = Explainer(model, "rise", grid=2, masks=2000, keep_probability=0.25)(IMAGES[:1])
-    np.testing.assert_allclose(maps, 1.0, atol=0.1)
+    constant = keras.layers.Dense(1, kernel_initializer="zeros", bias_initializer="ones")
+    model = keras.Model(inputs, constant(keras.layers.Flatten()(inputs)))
+    maps = Explainer(model, "rise", grid=2, masks=200, keep_probability=0.25)(IMAGES[:1])
+    np.testing.assert_allclose(maps, 0.0, atol=1e-6)
+
+    weights = WEIGHTS[..., :1]
+    inputs = keras.Input((8, 8, 1))
+    shifted = keras.layers.Dense(1, use_bias=True)
+    model = keras.Model(inputs, shifted(keras.layers.Flatten()(inputs)))
+    shifted.set_weights([weights.reshape(64, 1), np.array([100.0], np.float32)])
+    offset = Explainer(model, "rise", grid=2, masks=64, fill=0.0)(IMAGES, 1)
+    plain = Explainer(linear_model(weights), "rise", grid=2, masks=64, fill=0.0)(IMAGES, 1)
+    assert np.ptp(plain) > 1
+    np.testing.assert_allclose(offset, plain, atol=2e-4)
 
 
 # -- how they run ----------------------------------------------------------------------------
@@ -224,6 +236,91 @@ def test_bad_grids_and_too_many_passes_are_refused(linear):
                             ({"grid": 65}, "grid=65 is above the upper bound of 64")]:
         with pytest.raises(ArgumentError, match=message):
             Explainer(linear, "rise", **fields)
+
+
+# -- progress --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "fields", "per_image"), [
+    ("rise", {"masks": 10}, 10),
+    ("kernelshap", {"grid": 2, "samples": 14}, 16),  # every coalition, the empty and the full
+    ("kernelshap", {"grid": 2, "samples": 10}, 12),
+    ("lime", {"samples": 9}, 9),
+    ("sobol", {"grid": 2, "designs": 2}, 12),  # designs x (cells + 2)
+    ("occlusion", {"patch": 4, "stride": 4}, 5),  # the image and 4 positions
+    ("scorecam", {}, 4),  # the Conv2D's 4 channels
+])
+def test_progress_counts_every_forward_pass_of_a_perturbation_method(cnn, method, fields,
+                                                                       per_image):
+    calls = []
+    explainer = Explainer(cnn, method, batch_size=4, progress=lambda *call: calls.append(call),
+                          **fields)
+    explainer(IMAGES[:2], target=[0, 2])
+    total = 2 * per_image
+    assert all(name == method and every == total for name, _, every in calls)
+    done = [count for _, count, _ in calls]
+    # Each call adds one forward pass of at most batch_size copies, ending at the total.
+    steps = np.diff([0, *done])
+    assert done[-1] == total and np.all(steps > 0) and np.all(steps <= 4)
+    if method == "rise":  # chunks of 4 per image: 4, 4, 2 twice
+        assert done == [4, 8, 10, 14, 18, 20]
+
+
+def test_progress_is_only_for_perturbation_methods(cnn):
+    calls = []
+    Explainer(cnn, "guided,gradcam,rise", masks=3, progress=lambda *call: calls.append(call))(
+        IMAGES[:1], 1)
+    assert calls == [("rise", 3, 3)]
+
+
+@pytest.mark.filterwarnings("ignore:no Rescaling/Normalization layer")
+def test_explain_files_hands_the_passes_to_its_progress_object(cnn, tmp_path):
+    from PIL import Image
+
+    for index in range(3):
+        Image.fromarray((IMAGES[index, ..., 0] * 16).astype(np.uint8)).save(
+            tmp_path / f"{index}.png")
+
+    class Recorder:
+        def __init__(self):
+            self.events = []
+
+        def begin(self, total):
+            self.events.append(("begin", total))
+
+        def advance(self):
+            self.events.append(("advance",))
+
+        def passes(self, method, done, total):
+            self.events.append((method, done, total))
+
+    recorder = Recorder()
+    guidedbp.explain_files(cnn, [tmp_path / f"{i}.png" for i in range(3)], tmp_path / "out",
+                           methods="lime", samples=6, batch_size=2, progress=recorder)
+    # Batches of 2 images, then 1: 6 copies per image, 2 per forward pass (batch_size).
+    assert recorder.events[0] == ("begin", 3)
+    passes = [event for event in recorder.events if event[0] == "lime"]
+    assert passes == [("lime", 2, 12), ("lime", 4, 12), ("lime", 6, 12), ("lime", 8, 12),
+                      ("lime", 10, 12), ("lime", 12, 12), ("lime", 2, 6), ("lime", 4, 6),
+                      ("lime", 6, 6)]
+    assert recorder.events.count(("advance",)) == 3
+
+
+def test_the_progress_bar_shows_the_passes_until_the_next_image(capsys):
+    from guidedbp.cli.explain import Progress
+
+    bar = Progress()
+    bar.begin(4)
+    bar.passes("rise", 1200, 1600)
+    bar.drawn = 0.0  # past the redraw interval
+    bar.passes("rise", 1600, 1600)
+    bar.advance()
+    bar.close()
+    lines = capsys.readouterr().err.split("\r")[1:]
+    assert [line.split("] ")[1].split(" ")[0] for line in lines] == ["0/4", "0/4", "1/4"]
+    assert lines[0].endswith(" · rise 1200/1600 passes\x1b[K")
+    assert lines[1].endswith(" · rise 1600/1600 passes\x1b[K")
+    assert lines[2].endswith("images/s\x1b[K\n")
 
 
 def test_cli_explains_with_rise_and_refuses_a_bad_value(cnn, tmp_path):

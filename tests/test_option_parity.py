@@ -83,6 +83,7 @@ SHARED = [
     ("keep_probability", 0.25, "rise", {"masks": 16}, True),
     ("samples", 16, "lime", {}, True),
     ("designs", 2, "sobol", {}, True),
+    ("segments", "slic", "lime", {"samples": 16}, True),
     ("size", (12, 20), "guided", {}, True),
     ("resize", "crop", "guided", {}, True),
 ]

@@ -5,8 +5,9 @@ Each hides regions of an image (a pixel hidden to the fraction ``1 - m`` becomes
 the copies through the same forward-only function as occlusion, ``chunk`` copies of one
 image per pass (built as the batches go, so memory holds one batch), and turns the
 scores into a map. The regions are the cells of a ``grid`` x ``grid`` grid over the
-image. Every target of an image shares its copies: the scores function returns the K
-targets' scores of each copy.
+image, or for KernelSHAP and LIME with ``segments="slic"`` about ``grid ** 2`` SLIC
+superpixels per image (scikit-image, the ``segments`` extra). Every target of an image
+shares its copies: the scores function returns the K targets' scores of each copy.
 
 Random draws (RISE's masks, the coalitions) come from
 ``numpy.random.default_rng([seed, i])`` for image ``i`` (its position in the images
@@ -42,6 +43,11 @@ LIME_KERNEL_WIDTH, LIME_RIDGE = 0.25, 1.0
 MAX_ENUMERATED = 2 ** 16
 #: RISE draws its random masks in blocks of this many, whatever ``chunk``.
 _BLOCK = 1024
+#: The methods whose regions may be SLIC superpixels (``segments="slic"``).
+SUPERPIXEL_METHODS = ("kernelshap", "lime")
+#: SLIC's compactness, on Lab colours (or other channels scaled to 0..100): scikit-image's
+#: default, its advice for Lab images.
+SLIC_COMPACTNESS = 10.0
 
 
 @dataclass(frozen=True)
@@ -63,12 +69,12 @@ class BlackBoxProbe(Probe):
     def kernelshap(self) -> np.ndarray:
         options, grid = self._settings("kernelshap")
         return kernelshap(self.images, self.columns, self.scores, self.chunk, self.fill,
-                          self.seed, options.samples, grid)
+                          self.seed, options.samples, grid, options.segments)
 
     def lime(self) -> np.ndarray:
         options, grid = self._settings("lime")
         return lime(self.images, self.columns, self.scores, self.chunk, self.fill, self.seed,
-                    options.samples, grid)
+                    options.samples, grid, options.segments)
 
     def sobol(self) -> np.ndarray:
         options, grid = self._settings("sobol")
@@ -88,13 +94,39 @@ def grid_of(options: BlackBoxOptions, method: str, height: int, width: int) -> i
     return min(RISE_GRID if method == "rise" else GRID, height, width)
 
 
+def passes_per_image(method: str, options: BlackBoxOptions, height: int, width: int) -> int:
+    """The copies ``method`` scores per image: one forward pass each, ``chunk`` per batch
+    (for KernelSHAP over SLIC superpixels, whose number each image sets, an upper bound).
+
+    >>> [passes_per_image(m, BlackBoxOptions(), 224, 224)
+    ...  for m in ("rise", "kernelshap", "lime", "sobol")]
+    [100, 258, 256, 528]
+    """
+    grid = grid_of(options, method, height, width)
+    cells = grid * grid
+    if method == "rise":
+        return options.masks
+    if method == "lime":
+        return options.samples
+    if method == "sobol":
+        return options.designs * (cells + 2)
+    others = 2 ** cells - 2 if cells < 64 else None
+    if options.segments == "grid" and others is not None and \
+            options.samples >= others and others <= MAX_ENUMERATED:
+        return 2 + others
+    return 2 + options.samples
+
+
 def check(method: str, options: BlackBoxOptions, height: int, width: int) -> None:
-    """Refuse a grid finer than ``height`` x ``width`` images, and Sobol designs of more than
-    :data:`MAX_BLACKBOX_PASSES` forward passes per image.
+    """Refuse a grid finer than ``height`` x ``width`` images, Sobol designs of more than
+    :data:`MAX_BLACKBOX_PASSES` forward passes per image, and SLIC superpixels without
+    scikit-image.
 
     Raises:
-        ArgumentError: Either.
+        ArgumentError: Any of them.
     """
+    if options.segments == "slic" and method in SUPERPIXEL_METHODS:
+        _slic()
     grid = grid_of(options, method, height, width)
     if grid > min(height, width):
         raise ArgumentError(f"grid={grid} cells per side is finer than the {height}x{width} "
@@ -147,6 +179,39 @@ def segments(height: int, width: int, grid: int) -> np.ndarray:
     return grid_cells(height, grid)[:, None] * grid + grid_cells(width, grid)[None, :]
 
 
+def _slic():
+    """scikit-image's ``slic``, or a one-line error naming the extra."""
+    try:
+        from skimage.segmentation import slic
+    except ImportError:
+        raise ArgumentError("segments='slic' needs scikit-image: pip install "
+                            "'guidedbp[segments]'") from None
+    return slic
+
+
+def slic_segments(image: np.ndarray, count: int) -> np.ndarray:
+    """int ``(H, W)``: ``image``'s SLIC superpixels (Achanta et al., 2012), about ``count``
+    of them, numbered 0, 1, ... in order of their first pixel (row by row).
+
+    ``image`` is in the model's input space, whatever its preprocessing: it is scaled
+    to ``[0, 1]`` by its own minimum and maximum, then segmented in Lab colours when it
+    has 3 channels (scikit-image's default), else on its channels scaled to ``0..100``,
+    with compactness :data:`SLIC_COMPACTNESS`. Deterministic: SLIC starts from a regular
+    grid of centres.
+    """
+    low, high = float(image.min()), float(image.max())
+    scaled = (image.astype(np.float64) - low) / (high - low) if high > low \
+        else np.zeros(image.shape, np.float64)
+    lab = image.shape[-1] == 3
+    labels = _slic()(scaled if lab else scaled * 100.0, n_segments=count,
+                     compactness=SLIC_COMPACTNESS, start_label=0, channel_axis=-1,
+                     convert2lab=lab)
+    found, first = np.unique(labels, return_index=True)  # renumber by first pixel
+    rank = np.empty(len(found), np.int64)
+    rank[np.argsort(first)] = np.arange(len(found))
+    return rank[np.searchsorted(found, labels)]
+
+
 def _cell_masks(values: np.ndarray, labels: np.ndarray) -> Callable[[int, int], np.ndarray]:
     """``masks_of`` for per-cell values ``(n, cells)``: each pixel takes its cell's value."""
     values = values.astype(np.float32)
@@ -163,20 +228,25 @@ CellScores = Callable[[np.ndarray], np.ndarray]
 
 def _cell_attributions(images: np.ndarray, columns: int, grid: int, scores: ScoresFunction,
                        chunk: int, fill: np.ndarray,
-                       attribute: Callable[[int, CellScores], np.ndarray]) -> np.ndarray:
-    """float32 ``(N, K, H, W, 1)``: each pixel its grid cell's value, ``attribute(row,
+                       attribute: Callable[[int, int, CellScores], np.ndarray],
+                       kind: str = "grid") -> np.ndarray:
+    """float32 ``(N, K, H, W, 1)``: each pixel its region's value, ``attribute(row, cells,
     score)`` giving image ``row``'s ``(cells, K)`` values from the scores of the copies it
-    asks for (KernelSHAP, LIME, Sobol)."""
+    asks for (KernelSHAP, LIME, Sobol). The regions: the grid's cells, or with ``kind``
+    ``"slic"`` each image's SLIC superpixels (about ``grid ** 2``)."""
     count, height, width = images.shape[:3]
-    labels = segments(height, width, grid)
-    result = np.zeros((count, columns, grid * grid), np.float64)
+    grid_labels = segments(height, width, grid)
+    result = np.zeros((count, columns, height, width), np.float32)
     for row, image in enumerate(images):
-        def score(design: np.ndarray, image=image, row=row) -> np.ndarray:
+        labels = slic_segments(image, grid * grid) if kind == "slic" else grid_labels
+
+        def score(design: np.ndarray, image=image, row=row, labels=labels) -> np.ndarray:
             return _all_scores(image, row, _cell_masks(design, labels), len(design), fill,
                                scores, chunk)
 
-        result[row] = attribute(row, score).T
-    return result[:, :, labels].astype(np.float32)[..., None]
+        values = attribute(row, int(labels.max()) + 1, score)  # (cells, K)
+        result[row] = values.T[:, labels]
+    return result[..., None]
 
 
 # -- RISE ------------------------------------------------------------------------------------
@@ -184,14 +254,20 @@ def _cell_attributions(images: np.ndarray, columns: int, grid: int, scores: Scor
 
 def rise(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
          fill: np.ndarray, seed: int, masks: int, grid: int, keep: float) -> np.ndarray:
-    """RISE (Petsiuk et al., 2018): the mean score of random masked copies, per pixel
-    weighted by how much each mask keeps it.
+    """RISE (Petsiuk et al., 2018): the score of random masked copies, per pixel weighted
+    by how much each mask keeps it, less the mean score.
 
     Each mask keeps each cell of a ``grid`` x ``grid`` grid with probability ``keep``;
     the binary grid is upsampled bilinearly (half-pixel centres) to ``(grid + 1)`` cells
     of ``ceil(H / grid)`` x ``ceil(W / grid)`` pixels and cropped to the image at a random
     shift of less than a cell (the paper's scheme). The map is
-    ``sum_i score(x_i) M_i / (masks * keep)``, ``x_i`` the copy masked by ``M_i``.
+    ``sum_i (score(x_i) - mean) M_i / (masks * keep)``, ``x_i`` the copy masked by
+    ``M_i`` and ``mean`` the mean of the ``masks`` scores: an estimate of
+    ``E[score | pixel kept] - E[score]``, positive where keeping the pixel raises the
+    score. The paper's map (the authors' code, Xplique's) is this plus
+    ``mean * sum_i M_i / (masks * keep)``, an offset of about the mean score everywhere
+    that leaves rankings unchanged but makes its overlays uniformly hot and its energy,
+    sparseness, complexity and sensitivity reflect the offset more than the map.
 
     Returns:
         float32 ``(N, K, H, W, 1)``.
@@ -202,6 +278,8 @@ def rise(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
     up_w = _bilinear((grid + 1) * cell_w, grid)
     result = np.zeros((count, columns, height, width), np.float64)
     for row, image in enumerate(images):
+        density = np.zeros((height, width), np.float64)  # sum_i M_i
+        total = np.zeros(columns, np.float64)  # sum_i score(x_i)
         rng = np.random.default_rng([seed, row])
         cells, shifts = [], []
         for start in range(0, masks, _BLOCK):  # blocks of a fixed size: the same stream
@@ -219,6 +297,9 @@ def rise(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
 
         for mask, found in _scored(image, row, masks_of, masks, fill, scores, chunk):
             result[row] += np.tensordot(found.T, mask, axes=1)
+            density += mask.sum(axis=0)
+            total += found.sum(axis=0)
+        result[row] -= (total / masks)[:, None, None] * density
     return (result / (masks * keep)).astype(np.float32)[..., None]
 
 
@@ -238,7 +319,8 @@ def _bilinear(size_out: int, size_in: int) -> np.ndarray:
 
 
 def kernelshap(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
-               fill: np.ndarray, seed: int, samples: int, grid: int) -> np.ndarray:
+               fill: np.ndarray, seed: int, samples: int, grid: int, kind: str = "grid"
+               ) -> np.ndarray:
     """KernelSHAP (Lundberg & Lee, 2017): Shapley values of the grid's superpixels, by the
     Shapley kernel's weighted regression.
 
@@ -253,19 +335,20 @@ def kernelshap(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: 
     then uniformly among those of that size, as Captum and Xplique do) and weighted
     equally, each with its complement (paired sampling).
 
+    The superpixels are the cells of a ``grid`` x ``grid`` grid, or with ``kind``
+    ``"slic"`` each image's :func:`slic_segments`.
+
     Returns:
         float32 ``(N, K, H, W, 1)``, each pixel its superpixel's value.
     """
-    cells = grid * grid
-
-    def attribute(row: int, score: CellScores) -> np.ndarray:
+    def attribute(row: int, cells: int, score: CellScores) -> np.ndarray:
         coalitions, weights = _shapley_coalitions(np.random.default_rng([seed, row]), cells,
                                                   samples)
         found = score(np.concatenate([np.zeros((1, cells)), np.ones((1, cells)), coalitions]))
         empty, full = found[0], found[1]
         return _constrained_regression(coalitions, found[2:] - empty, weights, full - empty)
 
-    return _cell_attributions(images, columns, grid, scores, chunk, fill, attribute)
+    return _cell_attributions(images, columns, grid, scores, chunk, fill, attribute, kind)
 
 
 def _shapley_coalitions(rng: np.random.Generator, cells: int, samples: int
@@ -306,7 +389,8 @@ def _constrained_regression(coalitions: np.ndarray, gains: np.ndarray, weights: 
 
 
 def lime(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
-         fill: np.ndarray, seed: int, samples: int, grid: int) -> np.ndarray:
+         fill: np.ndarray, seed: int, samples: int, grid: int, kind: str = "grid"
+         ) -> np.ndarray:
     """LIME (Ribeiro et al., 2016): a local linear model of the score over superpixels.
 
     ``samples`` coalitions: the whole image first, then each superpixel kept with
@@ -314,14 +398,12 @@ def lime(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
     kernel ``sqrt(exp(-d ** 2 / 0.25 ** 2))`` of the cosine distance ``d`` between the
     coalition and the all-kept one (``lime_image``'s kernel and width), and a ridge
     regression (penalty 1, with intercept, as ``lime_image``) fits the scores; a
-    superpixel's coefficient is its value.
+    superpixel's coefficient is its value. The superpixels are as :func:`kernelshap`'s.
 
     Returns:
         float32 ``(N, K, H, W, 1)``, each pixel its superpixel's coefficient.
     """
-    cells = grid * grid
-
-    def attribute(row: int, score: CellScores) -> np.ndarray:
+    def attribute(row: int, cells: int, score: CellScores) -> np.ndarray:
         rng = np.random.default_rng([seed, row])
         coalitions = (rng.random((samples, cells)) < 0.5).astype(np.float64)
         coalitions[0] = 1.0
@@ -331,7 +413,7 @@ def lime(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
         weights = np.sqrt(np.exp(-distances ** 2 / LIME_KERNEL_WIDTH ** 2))
         return _ridge(coalitions, found, weights, LIME_RIDGE)
 
-    return _cell_attributions(images, columns, grid, scores, chunk, fill, attribute)
+    return _cell_attributions(images, columns, grid, scores, chunk, fill, attribute, kind)
 
 
 def _ridge(features: np.ndarray, targets: np.ndarray, weights: np.ndarray, penalty: float
@@ -365,10 +447,9 @@ def sobol(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
     Returns:
         float32 ``(N, K, H, W, 1)``.
     """
-    cells = grid * grid
-    design = _sobol_design(cells, designs)  # (designs * (cells + 2), cells)
+    design = _sobol_design(grid * grid, designs)  # (designs * (cells + 2), cells)
 
-    def attribute(row: int, score: CellScores) -> np.ndarray:
+    def attribute(row: int, cells: int, score: CellScores) -> np.ndarray:
         return _jansen(score(design), designs, cells)
 
     return _cell_attributions(images, columns, grid, scores, chunk, fill, attribute)

@@ -176,8 +176,7 @@ def occlusion(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: i
     """
     count, height, side = images.shape[:3]
     patch, stride = occlusion_geometry(height, side, patch, stride)
-    corners = [(top, left) for top in _starts(height, patch, stride)
-               for left in _starts(side, patch, stride)]
+    corners = positions(height, side, patch, stride)
 
     def copies() -> Iterator[tuple[np.ndarray, int]]:
         for row, image in enumerate(images):
@@ -227,6 +226,12 @@ def occlusion_geometry(height: int, width: int, patch: int | None, stride: int |
             f"{height}x{width} images, one forward pass each: above the upper bound of "
             f"{MAX_OCCLUSION_POSITIONS} (choose a larger patch or stride)")
     return patch, stride
+
+
+def positions(height: int, width: int, patch: int, stride: int) -> list[tuple[int, int]]:
+    """The ``(top, left)`` corner of each patch position, row by row."""
+    return [(top, left) for top in _starts(height, patch, stride)
+            for left in _starts(width, patch, stride)]
 
 
 def _starts(size: int, patch: int, stride: int) -> range:

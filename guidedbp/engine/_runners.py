@@ -43,6 +43,10 @@ MemoryCheck = Callable[..., None]
 #: ``(0-255 values, channels)`` -> those pixels in the model's input space.
 PixelValues = Callable[[object, int], np.ndarray]
 
+#: ``(method, done, total)``: a perturbation method's copies scored so far in one call,
+#: and their total (the explainer's ``progress``).
+Progress = Callable[[str, int, int], None]
+
 
 @dataclass(frozen=True)
 class Pass:
@@ -149,10 +153,11 @@ class PerturbationRunner(Runner):
     reads a :class:`~guidedbp.engine._blackbox.BlackBoxProbe`)."""
 
     def __init__(self, functions: TracedFunctions, options: MethodOptions,
-                 pixel_values: PixelValues):
+                 pixel_values: PixelValues, progress: Progress | None = None):
         self.functions = functions
         self.options = options
         self.pixel_values = pixel_values
+        self.progress = progress
 
     def check(self, names, image_shape):
         if "occlusion" in names:  # its patch fits, and not too often
@@ -185,7 +190,38 @@ class PerturbationRunner(Runner):
             fill=self.pixel_values(self.options.occlusion.fill, images.shape[-1]),
             seed=self.options.smoothgrad.seed,
         )
-        return {name: registry.method(name).combine(probe) for name in names}
+        return {name: registry.method(name).combine(self._reporting(probe, name))
+                for name in names}
+
+    def _reporting(self, probe: _blackbox.BlackBoxProbe, name: str
+                   ) -> _blackbox.BlackBoxProbe:
+        """``probe``, its scores reporting each forward pass to ``progress``."""
+        if self.progress is None:
+            return probe
+        total = len(probe.images) * self._copies_per_image(name, probe)
+        done, scores, progress = 0, probe.scores, self.progress
+
+        def reported(batch: np.ndarray, rows: np.ndarray) -> np.ndarray:
+            nonlocal done
+            found = scores(batch, rows)
+            done += len(batch)
+            progress(name, done, total)
+            return found
+
+        return replace(probe, scores=reported)
+
+    def _copies_per_image(self, name: str, probe: _blackbox.BlackBoxProbe) -> int:
+        """The copies ``name`` scores per image (for KernelSHAP over SLIC, at most)."""
+        height, width = probe.images.shape[1:3]
+        if name == "occlusion":
+            occlusion = self.options.occlusion
+            patch, stride = _perturbation.occlusion_geometry(height, width, occlusion.patch,
+                                                             occlusion.stride)
+            return 1 + len(_perturbation.positions(height, width, patch, stride))
+        if name == "scorecam":
+            channels = probe.features.shape[-1]
+            return min(self.options.scorecam.max_channels or channels, channels)
+        return _blackbox.passes_per_image(name, self.options.blackbox, height, width)
 
 
 class PathIntegratedRunner(Runner):
@@ -273,12 +309,14 @@ class MethodRunners:
     """
 
     def __init__(self, methods: Sequence[str], functions: TracedFunctions,
-                 options: MethodOptions, check_memory: MemoryCheck, pixel_values: PixelValues):
+                 options: MethodOptions, check_memory: MemoryCheck, pixel_values: PixelValues,
+                 progress: Progress | None = None):
         self.functions = functions
         self.gradient = GradientRunner(functions, options, check_memory)
         every = {
             registry.GRADIENT: self.gradient,
-            registry.PERTURBATION: PerturbationRunner(functions, options, pixel_values),
+            registry.PERTURBATION: PerturbationRunner(functions, options, pixel_values,
+                                                      progress),
             registry.PATH_INTEGRATED: PathIntegratedRunner(self.gradient, options, pixel_values),
             registry.NOISE_STATISTIC: NoiseStatisticRunner(self.gradient, options),
         }

@@ -45,7 +45,7 @@ from guidedbp.engine import (
 from guidedbp.engine import methods as registry
 from guidedbp.engine._columns import Column, Columns, columns_of
 from guidedbp.engine._functions import TracedFunctions
-from guidedbp.engine._runners import MethodRunners, Pass, hands_out_features
+from guidedbp.engine._runners import MethodRunners, Pass, Progress, hands_out_features
 from guidedbp.engine.explanation import Explanation, NoReluWarning
 from guidedbp.engine.options import UPSAMPLING, MethodOptions
 from guidedbp.engine.targets import OutputName, Target, as_target
@@ -121,7 +121,7 @@ class Explainer:
         **fields: Method options by their flat names (``guide``, ``layer``, ``upsample``,
             ``smooth``, ``noise``, ``seed``, ``steps``, ``baseline``, ``max_channels``,
             ``patch``, ``stride``, ``fill``, ``grid``, ``masks``, ``keep_probability``,
-            ``samples``, ``designs``, ``precision``), replacing those of
+            ``samples``, ``designs``, ``segments``, ``precision``), replacing those of
             ``options``. ``precision="mixed"`` runs the model's passes in bfloat16 (float16
             on GPUs of compute capability 7.x) on a copy of it, float32 where it matters
             (:mod:`guidedbp.engine._precision`); the maps stay float32.
@@ -130,6 +130,11 @@ class Explainer:
             :attr:`Explanation.caveats`; the engine adds those it finds itself.
         output: The output every target reads where the model has several (its name,
             or its index), unless a target names its own.
+        progress: ``progress(method, done, total)``, called after each forward pass of a
+            perturbation method (occlusion, Score-CAM, RISE, KernelSHAP, LIME, Sobol) with
+            the copies that call has scored so far and its total (for KernelSHAP over
+            SLIC superpixels, an upper bound): black-box runs take minutes per image on
+            large models, and the CLI's progress bar shows them moving.
 
     Raises:
         ValueError: For an unknown method or a bad argument; for ``precision="mixed"``
@@ -157,6 +162,7 @@ class Explainer:
         pixel_to_input: Callable[[np.ndarray], np.ndarray] | None = None,
         caveats: Sequence[Caveat] = (),
         output: OutputName = None,
+        progress: Progress | None = None,
         **fields,
     ):
         self.methods = registry.as_methods(method)
@@ -202,7 +208,7 @@ class Explainer:
         # The methods by the runner each record names, and how their maps are computed.
         self._runs = MethodRunners(
             self.methods, self._traced, self.options, self.check_memory,
-            partial(_inputs.pixel_values, pixel_to_input=pixel_to_input))
+            partial(_inputs.pixel_values, pixel_to_input=pixel_to_input), progress)
         self._warned: set[tuple] = set()
 
     @property

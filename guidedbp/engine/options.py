@@ -42,6 +42,9 @@ MAX_OCCLUSION_POSITIONS = 4096
 #: lime's samples, sobol's designs times cells + 2), and cells per side of their grid.
 MAX_BLACKBOX_PASSES = 100000
 MAX_GRID = 64
+#: The regions KernelSHAP and LIME hide: the grid's cells, or SLIC superpixels
+#: (scikit-image, the ``segments`` extra).
+SEGMENTS = ("grid", "slic")
 #: Numeric precisions of the forward and backward passes: ``float32`` throughout, or
 #: ``mixed`` (bfloat16 or float16 where the hardware runs it fast, float32 where it matters:
 #: :mod:`guidedbp.engine._precision`).
@@ -263,6 +266,9 @@ class BlackBoxOptions:
             (KernelSHAP adds two: no superpixel and all).
         designs: Sobol's quasi-Monte Carlo designs; each costs ``grid ** 2 + 2``
             forward passes (8 designs on grid 8: 528).
+        segments: KernelSHAP's and LIME's superpixels, one of :data:`SEGMENTS`: the
+            grid's cells, or about ``grid ** 2`` SLIC superpixels per image (scikit-image's
+            ``slic`` on the image scaled to its own range; needs ``guidedbp[segments]``).
     """
 
     grid: int | None = field(default=None, metadata={
@@ -284,8 +290,16 @@ class BlackBoxOptions:
         "help": "sobol: quasi-Monte Carlo designs, grid^2 + 2 forward passes each (528 for "
                 "8 designs on grid 8).",
         "metavar": "N", "min": 1, "max": MAX_BLACKBOX_PASSES})
+    segments: str = field(default="grid", metadata={
+        "help": "kernelshap, lime: the superpixels they hide: the grid's cells, or about "
+                "grid^2 SLIC superpixels per image (scikit-image: pip install "
+                "'guidedbp[segments]').",
+        "choices": SEGMENTS})
 
     def __post_init__(self):
+        if self.segments not in SEGMENTS:
+            raise ArgumentError(
+                f"segments={self.segments!r} is not one of {', '.join(SEGMENTS)}")
         if self.grid is not None:
             _positive_int("grid", self.grid, maximum=MAX_GRID)
         _positive_int("masks", self.masks, maximum=MAX_BLACKBOX_PASSES)

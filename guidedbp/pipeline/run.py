@@ -76,7 +76,9 @@ def explain_files(
             ``model`` as a spec, which each worker loads).
         cluster: :class:`~guidedbp.pipeline.ray_runner.Cluster` for the Ray runner.
         progress: An object with ``advance()``, called once per input (and
-            ``begin(total)``, if it has one, called once before the first).
+            ``begin(total)``, if it has one, called once before the first;
+            ``passes(method, done, total)``, if it has one, as the explainer's
+            ``progress``: the perturbation methods' forward passes, local runner only).
         **fields: Options by their flat names (``methods="guided,gradcam"``,
             ``top_k=3``, ``renders=("panel",)``, ``classes=("tabby",)``,
             ``targets=("region:circle", "unit:2")``, ``model_output="seg"``,
@@ -162,7 +164,8 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
         if outputs is not None:  # before the engine traces a missing output
             select_output(outputs, wanted.model_output)
         explainer = Explainer(loaded, options.methods, options=options.method,
-                              output=wanted.model_output)
+                              output=wanted.model_output,
+                              progress=getattr(progress, "passes", None))
         report = explainer.report  # traces once: a bad layer fails here
         fallback = tuple(report.output_shape) or (None, report.num_classes)
         targets = plan_targets(wanted, outputs or model_outputs(loaded.model, fallback),
