@@ -205,6 +205,17 @@ def test_maps_are_seeded_per_image_and_do_not_depend_on_batching(cnn, reference_
         assert changed == (method != "sobol"), method  # Sobol's design is not random
 
 
+def test_under_smoothgrad_each_noisy_copy_has_its_own_stream_whatever_the_batching(cnn):
+    # 3 copies per image: batch_size 2 explains an image's copies 2 at a time, 16 explains
+    # 5 images' copies at once; the draws are keyed (seed, image, copy) either way.
+    fields = {**SMALL, "smooth": 3, "noise": 0.1, "seed": 3}
+    small = Explainer(cnn, ",".join(BLACKBOX), batch_size=2, **fields).explain(IMAGES, 1)
+    large = Explainer(cnn, ",".join(BLACKBOX), batch_size=16, **fields).explain(IMAGES, 1)
+    for method in BLACKBOX:
+        np.testing.assert_allclose(small.by_method[method], large.by_method[method],
+                                   rtol=1e-5, atol=1e-6)
+
+
 def test_several_targets_share_the_copies_and_equal_one_at_a_time(cnn, reference_maps):
     explainer = Explainer(cnn, ",".join(BLACKBOX), seed=3, **SMALL)
     explained = explainer.explain_classes(IMAGES, [1, 2])

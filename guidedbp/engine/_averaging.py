@@ -17,7 +17,9 @@ from guidedbp.engine.options import BASELINES
 from guidedbp.errors import ArgumentError
 
 MapsFunction = Callable[[np.ndarray, np.ndarray], np.ndarray]
-MethodMapsFunction = Callable[[np.ndarray, np.ndarray], dict[str, np.ndarray]]
+#: ``(copies, rows, numbers)`` -> method -> maps: the copies of images ``rows``, each its
+#: image's copy number ``numbers`` (0, 1, ...).
+MethodMapsFunction = Callable[[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]
 
 
 def smoothgrad(
@@ -34,9 +36,9 @@ def smoothgrad(
     joined by Chan et al.'s update, never ``E[m^2] - E[m]^2``.
 
     Args:
-        maps_for: The base methods on a batch of copies and the image each copy is of
-            (int ``(B,)`` rows of ``images``), with the target fixed on the clean image:
-            method -> maps.
+        maps_for: The base methods on a batch of copies, the image each copy is of (int
+            ``(B,)`` rows of ``images``) and its number among that image's copies, with
+            the target fixed on the clean image: method -> maps.
         images: float32 ``(N, H, W, C)``.
         samples: Copies per image.
         noise: Relative noise level.
@@ -66,7 +68,8 @@ def smoothgrad(
         copies = np.concatenate([_noisy(np.random.default_rng([seed, start + offset]), image,
                                         samples, noise)
                                  for offset, image in enumerate(group)])
-        by_method = maps_for(copies, np.repeat(np.arange(start, start + len(group)), samples))
+        by_method = maps_for(copies, np.repeat(np.arange(start, start + len(group)), samples),
+                             np.tile(np.arange(samples), len(group)))
         keep(start, {name: (np.var if name in variance else np.mean)(
                          maps.reshape(len(group), samples, *maps.shape[1:]), axis=1,
                          dtype=np.float64)
@@ -86,7 +89,8 @@ def _chunked_mean(maps_for: MethodMapsFunction, image: np.ndarray, samples: int,
     for start in range(0, samples, chunk):
         count = min(chunk, samples - start)
         copies = _noisy(rng, image, count, noise)
-        for name, maps in maps_for(copies, np.full(count, index)).items():
+        for name, maps in maps_for(copies, np.full(count, index),
+                                   np.arange(start, start + count)).items():
             if name in variance:
                 mean = maps.mean(axis=0, dtype=np.float64)
                 squares = np.square(maps - mean).sum(axis=0)

@@ -11,8 +11,8 @@ shares its copies: the scores function returns the K targets' scores of each cop
 
 Random draws (RISE's masks, the coalitions) come from
 ``numpy.random.default_rng([seed, i])`` for image ``i`` (its position in the images
-explained; under SmoothGrad, the noisy copy's position in its batch), drawn before the
-copies are batched, so maps do not depend on ``chunk``. Sobol's designs are a
+explained; under SmoothGrad, ``[seed, i, j]`` for its noisy copy ``j``), drawn before the
+copies are batched, so maps do not depend on ``chunk`` or ``batch_size``. Sobol's designs are a
 quasi-random Sobol sequence (``tf.math.sobol_sample``, as Xplique's default sampler): no
 seed.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,9 +53,18 @@ SLIC_COMPACTNESS = 10.0
 @dataclass(frozen=True)
 class BlackBoxProbe(Probe):
     """:class:`~guidedbp.engine._perturbation.Probe` and the black-box methods
-    (see :class:`~guidedbp.engine.methods.Probe`); ``seed`` seeds the random draws."""
+    (see :class:`~guidedbp.engine.methods.Probe`); ``seed`` and each image's ``streams``
+    row (int ``(N, k)``; ``None``: its index) key its random draws."""
 
     seed: int = 0
+    streams: np.ndarray | None = None
+
+    @property
+    def keys(self) -> list[list[int]]:
+        """Each image's seed sequence: ``[seed, *streams[i]]``."""
+        streams = np.arange(len(self.images))[:, None] if self.streams is None \
+            else self.streams
+        return [[self.seed, *map(int, stream)] for stream in streams]
 
     def _settings(self, method: str) -> tuple[BlackBoxOptions, int]:
         options = self.options.blackbox
@@ -63,17 +72,17 @@ class BlackBoxProbe(Probe):
 
     def rise(self) -> np.ndarray:
         options, grid = self._settings("rise")
-        return rise(self.images, self.columns, self.scores, self.chunk, self.fill, self.seed,
+        return rise(self.images, self.columns, self.scores, self.chunk, self.fill, self.keys,
                     options.masks, grid, options.keep_probability)
 
     def kernelshap(self) -> np.ndarray:
         options, grid = self._settings("kernelshap")
         return kernelshap(self.images, self.columns, self.scores, self.chunk, self.fill,
-                          self.seed, options.samples, grid, options.segments)
+                          self.keys, options.samples, grid, options.segments)
 
     def lime(self) -> np.ndarray:
         options, grid = self._settings("lime")
-        return lime(self.images, self.columns, self.scores, self.chunk, self.fill, self.seed,
+        return lime(self.images, self.columns, self.scores, self.chunk, self.fill, self.keys,
                     options.samples, grid, options.segments)
 
     def sobol(self) -> np.ndarray:
@@ -253,7 +262,8 @@ def _cell_attributions(images: np.ndarray, columns: int, grid: int, scores: Scor
 
 
 def rise(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
-         fill: np.ndarray, seed: int, masks: int, grid: int, keep: float) -> np.ndarray:
+         fill: np.ndarray, keys: Sequence[Sequence[int]], masks: int, grid: int, keep: float
+         ) -> np.ndarray:
     """RISE (Petsiuk et al., 2018): the score of random masked copies, per pixel weighted
     by how much each mask keeps it, less the mean score.
 
@@ -280,7 +290,7 @@ def rise(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
     for row, image in enumerate(images):
         density = np.zeros((height, width), np.float64)  # sum_i M_i
         total = np.zeros(columns, np.float64)  # sum_i score(x_i)
-        rng = np.random.default_rng([seed, row])
+        rng = np.random.default_rng(keys[row])  # the image's own stream
         cells, shifts = [], []
         for start in range(0, masks, _BLOCK):  # blocks of a fixed size: the same stream
             size = min(_BLOCK, masks - start)  # whatever the chunk
@@ -319,8 +329,8 @@ def _bilinear(size_out: int, size_in: int) -> np.ndarray:
 
 
 def kernelshap(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
-               fill: np.ndarray, seed: int, samples: int, grid: int, kind: str = "grid"
-               ) -> np.ndarray:
+               fill: np.ndarray, keys: Sequence[Sequence[int]], samples: int, grid: int,
+               kind: str = "grid") -> np.ndarray:
     """KernelSHAP (Lundberg & Lee, 2017): Shapley values of the grid's superpixels, by the
     Shapley kernel's weighted regression.
 
@@ -342,7 +352,7 @@ def kernelshap(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: 
         float32 ``(N, K, H, W, 1)``, each pixel its superpixel's value.
     """
     def attribute(row: int, cells: int, score: CellScores) -> np.ndarray:
-        coalitions, weights = _shapley_coalitions(np.random.default_rng([seed, row]), cells,
+        coalitions, weights = _shapley_coalitions(np.random.default_rng(keys[row]), cells,
                                                   samples)
         found = score(np.concatenate([np.zeros((1, cells)), np.ones((1, cells)), coalitions]))
         empty, full = found[0], found[1]
@@ -389,8 +399,8 @@ def _constrained_regression(coalitions: np.ndarray, gains: np.ndarray, weights: 
 
 
 def lime(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
-         fill: np.ndarray, seed: int, samples: int, grid: int, kind: str = "grid"
-         ) -> np.ndarray:
+         fill: np.ndarray, keys: Sequence[Sequence[int]], samples: int, grid: int,
+         kind: str = "grid") -> np.ndarray:
     """LIME (Ribeiro et al., 2016): a local linear model of the score over superpixels.
 
     ``samples`` coalitions: the whole image first, then each superpixel kept with
@@ -404,7 +414,7 @@ def lime(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
         float32 ``(N, K, H, W, 1)``, each pixel its superpixel's coefficient.
     """
     def attribute(row: int, cells: int, score: CellScores) -> np.ndarray:
-        rng = np.random.default_rng([seed, row])
+        rng = np.random.default_rng(keys[row])
         coalitions = (rng.random((samples, cells)) < 0.5).astype(np.float64)
         coalitions[0] = 1.0
         found = score(coalitions)

@@ -75,12 +75,17 @@ class Columns:
         data: K float32 arrays ``(N, ...)``: a region's mask, a similarity's reference
             embedding, else ``(N, 0)``.
         targets: The K targets as given (``None`` for classes given as ints).
+        streams: int64 ``(N, k)``: each row's key to the random streams of the methods
+            that draw per image (the black-box methods), or ``None``: the row's index.
+            SmoothGrad's noisy copies are keyed ``(image, copy)``, so their draws do not
+            depend on how the copies are batched.
     """
 
     specs: tuple[Column, ...]
     classes: np.ndarray
     data: tuple[np.ndarray, ...]
     targets: tuple[Target | None, ...] = field(default=())
+    streams: np.ndarray | None = None
 
     @classmethod
     def of_classes(cls, classes: np.ndarray, output: OutputName = None) -> Columns:
@@ -103,17 +108,26 @@ class Columns:
         """The columns of images ``rows`` (an int array: copies of images)."""
         rows = np.asarray(rows)
         return replace(self, classes=self.classes[rows],
-                       data=tuple(data[rows] for data in self.data))
+                       data=tuple(data[rows] for data in self.data),
+                       streams=None if self.streams is None else self.streams[rows])
 
     def slice(self, start: int, stop: int) -> Columns:
         return replace(self, classes=self.classes[start:stop],
-                       data=tuple(data[start:stop] for data in self.data))
+                       data=tuple(data[start:stop] for data in self.data),
+                       streams=None if self.streams is None else self.streams[start:stop])
 
     def column(self, index: int) -> Columns:
         """Column ``index`` alone."""
         return Columns(self.specs[index : index + 1], self.classes[:, index : index + 1],
                        self.data[index : index + 1],
-                       self.targets[index : index + 1] if self.targets else ())
+                       self.targets[index : index + 1] if self.targets else (),
+                       self.streams)
+
+    def stream_keys(self) -> np.ndarray:
+        """int64 ``(N, k)``: :attr:`streams`, or each row's index."""
+        if self.streams is not None:
+            return self.streams
+        return np.arange(len(self.classes), dtype=np.int64)[:, None]
 
 
 def column_of(target: Target, output: OutputName, count: int,

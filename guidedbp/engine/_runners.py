@@ -188,7 +188,7 @@ class PerturbationRunner(Runner):
             images, columns.width, scores, self.options.batch_size, self.options,
             features=None if traced is None else traced.features,
             fill=self.pixel_values(self.options.occlusion.fill, images.shape[-1]),
-            seed=self.options.smoothgrad.seed,
+            seed=self.options.smoothgrad.seed, streams=columns.stream_keys(),
         )
         return {name: registry.method(name).combine(self._reporting(probe, name))
                 for name in names}
@@ -279,7 +279,8 @@ class NoiseStatisticRunner(Runner):
     def maps(self, names, key, images, columns, traced):
         smooth = self.options.smoothgrad
 
-        def copy_maps(copies: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
+        def copy_maps(copies: np.ndarray, rows: np.ndarray, numbers: np.ndarray
+                      ) -> dict[str, np.ndarray]:
             return self.gradient.run(names, key, copies, columns.take(rows)).maps
 
         return _averaging.smoothgrad(

@@ -266,7 +266,9 @@ class Explainer:
             clean = self._explanations(traced, {})[0]
             fixed = traced.columns
             maps = _averaging.smoothgrad(
-                lambda copies, rows: self._runs.fixed_maps(key, copies, fixed.take(rows)),
+                lambda copies, rows, numbers: self._runs.fixed_maps(
+                    key, copies, replace(fixed.take(rows), streams=np.stack([rows, numbers],
+                                                                            axis=1))),
                 images, smooth.smooth, smooth.noise, smooth.seed, self.batch_size,
             ) if self._runs.averaged else {}
             # SquareGrad and VarGrad: statistics over those same copies, not averaged again
