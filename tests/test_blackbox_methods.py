@@ -318,7 +318,7 @@ def test_explain_files_hands_the_passes_to_its_progress_object(cnn, tmp_path):
 
 
 def test_the_progress_bar_shows_the_passes_until_the_next_image(capsys):
-    from guidedbp.cli.explain import Progress
+    from guidedbp.cli.progress import Progress
 
     bar = Progress()
     bar.begin(4)

@@ -38,6 +38,7 @@ from guidedbp.cli.common import (
     precision_option,
 )
 from guidedbp.cli.evaluate_output import check_figure_targets, format_table, write_curves
+from guidedbp.cli.progress import Progress, show_progress
 from guidedbp.engine.methods import GRADIENT, METHODS, REGISTRY
 
 if TYPE_CHECKING:
@@ -210,16 +211,19 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     if plot_curves is not None:
         check_figure_targets(plot_curves, samples, settings.games)
     # One forward pass for all methods.
+    segmentation = is_segmentation(loaded)
+    progress = Progress() if show_progress() and not segmentation else None
     explainer = Explainer(loaded, methods, batch_size=batch_size, guide=guide,
-                          precision=precision)
+                          precision=precision,
+                          progress=None if progress is None else progress.passes)
     extra = {}
-    if is_segmentation(loaded):
+    if segmentation:
         from guidedbp.cli.evaluate_regions import measure_segmentation
 
         scored, extra = measure_segmentation(loaded, explainer, samples, tolerance, options)
         measured = Measured(scored, {}, None)
     else:
-        measured = measure(loaded, explainer, samples, settings, options)
+        measured = measure(loaded, explainer, samples, settings, options, progress)
     result = {
         "model": model,
         "data": (f"{shapes} synthetic shapes, seed {seed}"
@@ -396,9 +400,11 @@ def _costs(loaded, samples: list, methods, batch_size: int, options: dict,
 
 
 
-def measure(loaded, explainer, samples: list, settings: Settings, options: dict) -> Measured:
+def measure(loaded, explainer, samples: list, settings: Settings, options: dict,
+            progress: Progress | None = None) -> Measured:
     """Explain the samples a batch at a time; score each map against its mask and play
-    the deletion and insertion games with it, as ``settings`` asks."""
+    the deletion and insertion games with it, as ``settings`` asks; ``progress`` advances
+    by each batch's images once they are measured."""
     from guidedbp.cli.evaluate_metrics import FamilyScores
     from guidedbp.demo.metrics import energy_inside, pointing_game
     from guidedbp.models.preprocess import prepare
@@ -412,6 +418,8 @@ def measure(loaded, explainer, samples: list, settings: Settings, options: dict)
     def probabilities(inputs: np.ndarray) -> np.ndarray:
         return explainer.predict(inputs)[1]
 
+    if progress is not None:
+        progress.begin(len(samples))
     for start in range(0, len(samples), explainer.batch_size):
         chunk = samples[start : start + explainer.batch_size]
         prepared = [prepare(sample.picture, loaded.input_shape, loaded.preprocess,
@@ -450,6 +458,11 @@ def measure(loaded, explainer, samples: list, settings: Settings, options: dict)
                     other_hit=None if other is None
                     else bool(pointing_game(magnitude, other[None], settings.tolerance)[0]),
                 ))
+        if progress is not None:
+            for _ in chunk:
+                progress.advance()
+    if progress is not None:
+        progress.close()
     faithfulness = {m: join(found) for m, found in parts.items() if found}
     return Measured(scored, faithfulness, families)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import time
 
 import click
 
@@ -31,6 +30,7 @@ from guidedbp.cli.common import (
     parse_comma_list,
     parse_methods,
 )
+from guidedbp.cli.progress import Progress, show_progress
 from guidedbp.cli.targets import TARGET_HELP, complete_target, parse_targets
 from guidedbp.engine.methods import METHODS, REGISTRY
 from guidedbp.engine.options import (
@@ -248,7 +248,7 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
     import_tensorflow(options["debug"])
     from guidedbp.pipeline.run import explain_files
 
-    progress = Progress() if _show_progress(options["quiet"]) else None
+    progress = Progress() if show_progress(options["quiet"]) else None
     summary = explain_files(model, checked, options["output"], options=run_options,
                             load=load_options(options), runner=options["engine"],
                             cluster=cluster, progress=progress)
@@ -256,10 +256,6 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
         progress.close()
     print_summary(summary, quiet=options["quiet"])
     sys.exit(summary.exit_code)
-
-
-def _show_progress(quiet: bool) -> bool:
-    return not quiet and sys.stderr.isatty()
 
 
 def print_summary(summary, quiet: bool = False) -> None:
@@ -287,44 +283,3 @@ def print_summary(summary, quiet: bool = False) -> None:
     if len(summary.failures) > 20:
         click.echo(f"  ... and {len(summary.failures) - 20} more (see {summary.manifest})",
                    err=True)
-
-
-class Progress:
-    """A one-line progress bar with images/s, on stderr, for terminals only; while a
-    perturbation method scores its copies (minutes per batch for the black-box methods
-    on large models), the line also counts them: ``rise 1200/1600 passes``."""
-
-    #: Seconds between two redraws for the copies' count.
-    REDRAW = 0.2
-
-    def __init__(self):
-        self.total, self.count, self.start = 0, 0, time.perf_counter()
-        self.copies, self.drawn = "", 0.0
-
-    def begin(self, total: int) -> None:
-        self.total, self.start = total, time.perf_counter()
-
-    def advance(self) -> None:
-        self.count += 1
-        self.copies = ""
-        self._draw()
-
-    def passes(self, method: str, done: int, total: int) -> None:
-        """A perturbation method's forward passes over the batch in hand."""
-        self.copies = f" · {method} {done}/{total} passes"
-        now = time.perf_counter()
-        if done >= total or now - self.drawn >= self.REDRAW:
-            self._draw()
-
-    def _draw(self) -> None:
-        self.drawn = time.perf_counter()
-        elapsed = max(self.drawn - self.start, 1e-9)
-        width = 30
-        filled = int(width * self.count / max(self.total, 1))
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.count}/{self.total} "
-                         f"{self.count / elapsed:.1f} images/s{self.copies}\x1b[K")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        sys.stderr.write("\n")
-        sys.stderr.flush()
