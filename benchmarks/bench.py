@@ -535,21 +535,12 @@ def method_costs(rounds: int = 3, batch: int = 16, only=None) -> None:
 BLACKBOX_OVERHEAD = 1.2
 
 
-def blackbox_passes(name: str, options) -> int:
-    """Forward passes per image of black-box method ``name`` under ``options``."""
-    from guidedbp.engine._blackbox import grid_of
-
-    blackbox = options.blackbox
-    return {"rise": blackbox.masks, "kernelshap": blackbox.samples + 2,
-            "lime": blackbox.samples,
-            "sobol": blackbox.designs * (grid_of(blackbox, "sobol", 224, 224) ** 2 + 2)}[name]
-
-
 def blackbox_costs(rounds: int = 3, batch: int = 16, count: int = 2) -> None:
     """Each black-box method, defaults, on ``count`` ResNet50 images: its cost per image
     relative to guided (on a batch of ``batch``), and its time over that of the same number
     of plain forward passes (``batch`` copies per pass, timed through the same forward
     function), interleaved rounds."""
+    from guidedbp.engine._blackbox import passes_per_image
     from guidedbp.engine.methods import REGISTRY
 
     keras.utils.set_random_seed(0)
@@ -560,7 +551,8 @@ def blackbox_costs(rounds: int = 3, batch: int = 16, count: int = 2) -> None:
     names = [name for name, record in REGISTRY.items() if "blackbox" in record.options]
     guided = Explainer(model, "guided", batch_size=batch)
     explainers = {name: Explainer(model, name, batch_size=batch) for name in names}
-    passes = {name: blackbox_passes(name, explainers[name].options) for name in names}
+    passes = {name: passes_per_image(name, explainers[name].options.blackbox, 224, 224)
+              for name in names}
     guided.explain(batch_images)
     guided.predict(batch_images)
     for explainer in explainers.values():
