@@ -278,13 +278,19 @@ def test_smoothgrad_memory_does_not_grow_with_the_number_of_copies():
     images = rng.uniform(0, 1, (2, 5, 4, 3)).astype(np.float32)
     batches = []
 
-    def maps_for(copies, fixed):
+    numbered = []
+
+    def maps_for(copies, fixed, numbers):
         batches.append(len(copies))
+        numbered.append(np.stack([fixed, numbers], axis=1))
         return {"square": copies ** 2 * (1 + fixed[:, None, None, None])}
 
     maps = _averaging.smoothgrad(maps_for, images, samples=50, noise=0.2, seed=4,
                                  chunk=8)["square"]
     assert max(batches) == 8 and sum(batches) == 100
+    # Every copy is numbered within its image, whatever batch it went in.
+    np.testing.assert_array_equal(np.concatenate(numbered), [(image, copy) for image in (0, 1)
+                                                             for copy in range(50)])
     for index, image in enumerate(images):
         sigma = 0.2 * (image.max() - image.min())
         copies = (image[None] + np.random.default_rng([4, index]).normal(

@@ -184,7 +184,8 @@ def test_smoothgrad_and_integrated_gradients_sum_float32_maps_in_float64(
         monkeypatch.setattr(_averaging, name, recording(name))
     smooth = Explainer(model, "guided", precision="mixed", smooth=4, batch_size=8)
     averaged = smooth(images[:2], target=1)
-    (copies, rows), by_method = seen["smoothgrad"][0]
+    (copies, rows, numbers), by_method = seen["smoothgrad"][0]
+    np.testing.assert_array_equal(numbers, np.tile(np.arange(4), 2))  # each image's copies
     assert by_method["guided"].dtype == np.float32 and len(copies) == 8
     mean = by_method["guided"].reshape(2, 4, 32, 32, 3).mean(axis=1, dtype=np.float64)
     np.testing.assert_array_equal(averaged, mean.astype(np.float32))
