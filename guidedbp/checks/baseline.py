@@ -15,6 +15,7 @@ with the options that made them. numpy and :mod:`guidedbp.io.write` only.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import numpy as np
 
 from guidedbp._files import MISSING, NotRegularFileError, open_regular
 from guidedbp.errors import GuidedbpError
+from guidedbp.io import store
 from guidedbp.io.write import atomic_write_bytes, save_npy
 
 BASELINE_FILE = "baseline.json"
@@ -63,7 +65,7 @@ class Baseline:
         """
         path = os.path.join(self.folder, self.images[key].map_file)
         try:
-            with open_regular(path, "rb", "baseline map") as handle:
+            with _open(path, "rb", "baseline map") as handle:
                 return np.load(handle, allow_pickle=False)
         except NotRegularFileError as error:
             raise BaselineError(str(error)) from None
@@ -153,10 +155,10 @@ def load_baseline(folder: str) -> Baseline:
             bad JSON, or an unknown format.
     """
     path = os.path.join(folder, BASELINE_FILE)
-    if not os.path.isdir(folder):
+    if not (store.is_prefix(folder) if store.is_url(folder) else os.path.isdir(folder)):
         raise BaselineError(f"baseline folder {folder!r} not found")
     try:
-        with open_regular(path, "r", "baseline file", encoding="utf-8") as handle:
+        with _open(path, "r", "baseline file") as handle:
             document = json.load(handle)
     except NotRegularFileError as error:
         if error.kind != MISSING:
@@ -182,6 +184,17 @@ def load_baseline(folder: str) -> Baseline:
         raise BaselineError(f"{path} is malformed: {error}") from error
     return Baseline(folder, str(document.get("model")), str(document.get("guidedbp_version")),
                     dict(document.get("options") or {}), images)
+
+
+def _open(path: str, mode: str, what: str):
+    """A baseline file: a regular file on disk, or an object's bytes (a URL) in memory."""
+    if not store.is_url(path):
+        return open_regular(path, mode, what, **({"encoding": "utf-8"} if mode == "r" else {}))
+    try:
+        data = store.read_bytes(path, limit=1 << 30)
+    except FileNotFoundError:
+        raise NotRegularFileError(path, what, MISSING) from None
+    return io.BytesIO(data) if mode == "rb" else io.StringIO(data.decode("utf-8"))
 
 
 def _jsonable(value):

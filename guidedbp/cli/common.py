@@ -29,8 +29,19 @@ from guidedbp._text import did_you_mean, one_line
 from guidedbp.engine.methods import METHODS, as_methods
 from guidedbp.engine.options import MAX_BATCH_SIZE, MethodOptions
 from guidedbp.errors import GuidedbpError
+from guidedbp.io.store import is_url
 from guidedbp.models.preprocess import PREPROCESS_MODES, RESIZE_MODES
 from guidedbp.pipeline.options import MAX_SIDE, RunOptions
+
+
+class FolderOrURL(click.Path):
+    """A folder, checked as :class:`click.Path` checks it, or an object-store URL
+    (``s3://bucket/prefix/``), passed on as it is: the store answers when the run starts."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and is_url(value):
+            return value
+        return super().convert(value, param, ctx)
 
 #: Exit code of an unexpected internal error (a bug), distinct from usage errors (2).
 INTERNAL_ERROR = 3

@@ -16,6 +16,7 @@ import click
 from guidedbp._text import one_line, plural
 from guidedbp.cli.common import (
     Choice,
+    FolderOrURL,
     GroupedCommand,
     UsageFailure,
     batch_size_option,
@@ -118,7 +119,9 @@ file it did not write.""")
 @click.argument("model")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
 @click.option("-o", "--output", default=DEFAULT_OUTPUT, show_default=True, metavar="OUT",
-              type=click.Path(file_okay=False), help="Folder for maps and manifest.jsonl.")
+              type=FolderOrURL(file_okay=False),
+              help="Folder (or object-store URL, s3://bucket/prefix/) for maps and "
+                   "manifest.jsonl.")
 @field_option("recursive", "--recursive/--no-recursive", help="Walk INPUT folders recursively.")
 @field_option("methods", "--method", metavar="LIST", callback=parse_methods, help=METHODS_HELP,
               shell_complete=complete_comma_list(METHODS, extra=("all",)))
@@ -155,7 +158,7 @@ file it did not write.""")
               help="The model output to explain, for models with several (by name or "
                    "position; guidedbp inspect lists them). Default: the only one.")
 @field_option("mask_dir", "--mask-dir", metavar="DIR",
-              type=click.Path(exists=True, file_okay=False),
+              type=FolderOrURL(exists=True, file_okay=False),
               help="With --target region:C: one mask per input, at the input's path below "
                    "its INPUT folder, any image format (photos/a/cat.jpg from INPUT photos: "
                    "DIR/a/cat.png); nonzero pixels are the region. Fitted to the model's "
@@ -218,6 +221,15 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
       guidedbp explain demo sample_images/shapes --method guided,gradcam --render panel
       guidedbp explain unet.keras photos/ --target region:road --target region:car
       guidedbp explain heads.keras photos/ --model-output age --target unit:0
+      guidedbp explain model.keras s3://bucket/photos/ -o s3://bucket/maps/
+
+    INPUT, -o OUT and --mask-dir may be object-store URLs (s3://, gs://, az://: pip
+    install 'guidedbp[s3]', [gcs] or [azure]), with credentials and endpoints from the
+    store library's own environment and config (AWS_ENDPOINT_URL, AWS_PROFILE,
+    GOOGLE_APPLICATION_CREDENTIALS...). Every object is written whole; the manifest goes
+    to one part object per batch, joined into OUT/manifest.jsonl at the end
+    (--skip-existing resumes a killed run from its parts); a lock object keeps one
+    writer per OUT.
     """
     from guidedbp.io.inputs import InputError
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 
 from guidedbp._text import one_line
-from guidedbp.cli.common import errors_handled
+from guidedbp.cli.common import FolderOrURL, errors_handled
 
 
 @click.command("merge-manifests")
-@click.argument("output", metavar="OUT", type=click.Path(exists=True, file_okay=False))
+@click.argument("output", metavar="OUT", type=FolderOrURL(exists=True, file_okay=False))
 @errors_handled
 def merge_command(output: str) -> None:
     """Join OUT/manifest-K-of-N.jsonl (K = 0..N-1) into OUT/manifest.jsonl.

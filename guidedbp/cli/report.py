@@ -6,11 +6,11 @@ import os
 
 import click
 
-from guidedbp.cli.common import errors_handled
+from guidedbp.cli.common import FolderOrURL, errors_handled
 
 
 @click.command("report")
-@click.argument("output", metavar="OUT", type=click.Path(exists=True, file_okay=False))
+@click.argument("output", metavar="OUT", type=FolderOrURL(exists=True, file_okay=False))
 @click.option("--manifest", "manifest", default="manifest.jsonl", show_default=True,
               metavar="NAME", help="The manifest inside OUT to show (e.g. a shard's, "
                                    "manifest-0-of-4.jsonl).")

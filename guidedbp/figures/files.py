@@ -12,6 +12,7 @@ import numpy as np
 
 from guidedbp.errors import ArgumentError
 from guidedbp.figures.common import require_matplotlib
+from guidedbp.io import store
 from guidedbp.io.write import encode_png, is_own_png, is_whole_png
 
 if TYPE_CHECKING:
@@ -113,13 +114,19 @@ def is_whole_figure(path: str | os.PathLike[str]) -> bool:
 def _figure_state(path) -> tuple[bool, bool]:
     """``(whole, marked)`` of a figure file; both False for anything else."""
     try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return False, False
-        with open(path, "rb") as handle:
-            head = handle.read(_HEAD_READ)
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - _TAIL_READ))
-            tail = handle.read(_TAIL_READ)
+        if store.is_url(path):
+            found = store.head_and_tail(path, _HEAD_READ, _TAIL_READ)
+            if found is None:
+                return False, False
+            head, tail, _ = found
+        else:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return False, False
+            with open(path, "rb") as handle:
+                head = handle.read(_HEAD_READ)
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, size - _TAIL_READ))
+                tail = handle.read(_TAIL_READ)
     except (OSError, TypeError, ValueError):
         return False, False
     if head.startswith(b"\x89PNG\r\n\x1a\n"):

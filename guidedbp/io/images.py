@@ -16,6 +16,7 @@ True
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import warnings
@@ -27,6 +28,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from guidedbp._files import MISSING, NotRegularFileError, open_regular
 from guidedbp._text import one_line
 from guidedbp.errors import GuidedbpError
+from guidedbp.io import store
 
 __all__ = ["IMAGE_EXTENSIONS", "ImageError", "decode_image", "is_image_path"]
 
@@ -77,6 +79,30 @@ def is_image_path(path: str | os.PathLike[str]) -> bool:
     (True, False)
     """
     return Path(path).suffix.lower() in IMAGE_EXTENSIONS
+
+
+#: The largest image object read from a store (it is read into memory whole).
+MAX_OBJECT_BYTES = 512 * 2**20
+
+
+def _open_image(name: str):
+    """The image file, or an object's bytes (a URL) as a file in memory."""
+    if not store.is_url(name):
+        return open_regular(name, "rb", "image")
+    try:
+        return io.BytesIO(store.read_bytes(name, limit=MAX_OBJECT_BYTES))
+    except FileNotFoundError:
+        raise ImageError(name, "no such object") from None
+    except PermissionError:
+        raise ImageError(name, "permission denied") from None
+    except OSError as error:
+        raise ImageError(name, f"cannot read it ({store.describe(error)})") from None
+
+
+def _size_of(file) -> int:
+    if isinstance(file, io.BytesIO):
+        return len(file.getbuffer())
+    return os.fstat(file.fileno()).st_size
 
 
 def decode_image(
@@ -142,8 +168,8 @@ def decode_image(
     limit = Image.MAX_IMAGE_PIXELS if max_pixels is None else max_pixels
     size = ""
     try:
-        with open_regular(path, "rb", "image") as file:
-            if os.fstat(file.fileno()).st_size == 0:
+        with _open_image(name) as file:
+            if _size_of(file) == 0:
                 raise ImageError(name, "empty file")
             with warnings.catch_warnings():
                 # The warning-level limit is enforced below with a clearer message.

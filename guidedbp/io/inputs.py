@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guidedbp.errors import GuidedbpError
+from guidedbp.io import store
 from guidedbp.io.images import is_image_path
 from guidedbp.io.write import is_own_png
 
@@ -158,11 +159,14 @@ def collect_inputs(
             (:func:`output_stem`: ``a/photos`` and ``b/photos``), unless
             ``unique_names`` is false (a caller that writes nothing at the stems).
     """
-    excluded = os.path.realpath(exclude) if exclude is not None else None
+    out_url = exclude if store.is_url(exclude) else None
+    excluded = os.path.realpath(exclude) if exclude is not None and out_url is None else None
     found: list[InputItem] = []
     collected = Collected()
     for argument in inputs:
-        if os.path.isdir(argument):
+        if store.is_url(argument):
+            found += _collect_url(argument, recursive, out_url, collected)
+        elif os.path.isdir(argument):
             for path in _walk(argument, recursive, excluded, collected):
                 if _is_regular(path) and _is_output(path, excluded):
                     continue
@@ -197,6 +201,68 @@ def collect_inputs(
     if unique_names:
         _refuse_shared_names(collected.items)
     return collected
+
+
+def _collect_url(argument: str, recursive: bool, out_url: str | None,
+                 collected: Collected) -> list[InputItem]:
+    """The images an object-store URL names: one object, a prefix (walked as a folder,
+    one prefix's listing at a time) or a glob; the output prefix ``out_url`` is never
+    entered, as locally."""
+    out = out_url.rstrip("/") if out_url is not None else None
+    path_part = argument.split("://", 1)[1]
+    try:
+        if _GLOB_CHARS & set(path_part):
+            root = _url_glob_root(argument)
+            matches = store.glob(argument)
+            if not matches:
+                raise InputError(f"{argument!r} matches no object")
+            found = []
+            for url in matches:
+                if out is not None and _url_within(url, out):
+                    continue
+                if is_image_path(url):
+                    found.append(_item(url, root, argument))
+                else:
+                    collected.passed_over += 1
+            return found
+        if store.exists(argument):
+            return [_item(argument, None, argument)]
+        if not store.is_prefix(argument):
+            raise InputError(f"input {argument!r} not found (no object and nothing below "
+                             "that prefix)")
+        found = []
+        for prefix, folders, files in store.walk(argument, recursive):
+            collected.hidden += sum(name.startswith(".") for name in folders)
+            folders[:] = [name for name in folders if not name.startswith(".") and not (
+                out is not None and _url_within(store.join(prefix, name), out))]
+            for name in files:
+                if name.startswith("."):
+                    collected.hidden += is_image_path(name)
+                elif is_image_path(name):
+                    found.append(_item(store.join(prefix, name), argument, argument))
+                else:
+                    collected.passed_over += 1
+        return found
+    except store.StoreError:
+        raise
+    except OSError as error:
+        raise InputError(f"cannot list {argument!r}: {store.describe(error)}") from None
+
+
+def _url_within(url: str, prefix: str) -> bool:
+    return url.rstrip("/") == prefix or url.startswith(prefix + "/")
+
+
+def _url_glob_root(pattern: str) -> str:
+    """A URL glob's prefix before its first wildcard (``s3://b/photos/*/*.jpg`` ->
+    ``s3://b/photos``)."""
+    protocol, path = pattern.split("://", 1)
+    fixed = []
+    for part in path.split("/"):
+        if _GLOB_CHARS & set(part):
+            break
+        fixed.append(part)
+    return f"{protocol}://" + "/".join(fixed)
 
 
 def _item(path: str, under: str | None, argument: str) -> InputItem:
@@ -314,7 +380,7 @@ def _unique(found: list[InputItem]) -> list[InputItem]:
     """The items in order, each file once (the first argument that reaches it keeps it)."""
     seen, unique = set(), []
     for item in found:
-        key = os.path.realpath(item.path)
+        key = item.path if store.is_url(item.path) else os.path.realpath(item.path)
         if key not in seen:
             seen.add(key)
             unique.append(item)

@@ -54,6 +54,7 @@ from urllib.parse import quote
 
 from guidedbp._text import one_line
 from guidedbp.errors import GuidedbpError
+from guidedbp.io import store
 from guidedbp.io.manifest import read_manifest
 from guidedbp.io.write import atomic_write_bytes
 
@@ -285,6 +286,12 @@ def is_own_report(path: str | os.PathLike) -> bool:
 
     Reads the first bytes only; a FIFO or device is not opened for reading.
     """
+    if store.is_url(os.fspath(path)):
+        try:
+            return GENERATOR_MARK.encode() in (store.read_range(os.fspath(path), 0, _MARK_READ)
+                                               or b"")
+        except OSError:
+            return False
     try:
         descriptor = os.open(os.fspath(path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
                              | getattr(os, "O_NONBLOCK", 0))
@@ -302,6 +309,15 @@ def is_own_report(path: str | os.PathLike) -> bool:
 
 def _check_target(path: str) -> None:
     """Refuse to replace a link, a folder or FIFO, or a page someone else wrote."""
+    if store.is_url(path):
+        try:
+            present = store.exists(path)
+        except OSError as error:
+            raise ReportError(f"{path}: cannot check it ({store.describe(error)})") from None
+        if present and not is_own_report(path):
+            raise ReportError(f"{path} was not written by guidedbp (no generator mark): "
+                              "refusing to replace it; move it away to get a report")
+        return
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -321,6 +337,17 @@ def _check_target(path: str) -> None:
 def _read_records(output: str, manifest: str) -> list[dict]:
     if os.path.basename(manifest) != manifest or manifest in ("", ".", ".."):
         raise ReportError(f"manifest={manifest!r}: expected a file name inside {output}")
+    if store.is_url(output):
+        path = store.join(output, manifest)
+        try:
+            return read_manifest(path)
+        except FileNotFoundError:
+            raise ReportError(f"{path}: no manifest to report on (an explain run writes "
+                              "one)") from None
+        except OSError as error:
+            raise ReportError(f"{path}: cannot read it ({store.describe(error)})") from None
+        except (ValueError, RecursionError) as error:
+            raise ReportError(f"{path}: not a manifest ({one_line(error, 160)})") from None
     path = os.path.join(output, manifest)
     try:
         mode = os.stat(path).st_mode
@@ -364,10 +391,11 @@ def write_report(output: str | os.PathLike, manifest: str = "manifest.jsonl", *,
             file guidedbp did not write (left untouched); or the page cannot be written.
     """
     output = os.fspath(output)
-    if not os.path.isdir(output):
+    if not store.is_url(output) and not os.path.isdir(output):
         raise ReportError(f"{output} is not a folder")
     records = _read_records(output, manifest)
-    target = os.path.join(output, REPORT)
+    target = store.join(output, REPORT) if store.is_url(output) else \
+        os.path.join(output, REPORT)
     _check_target(target)
     if title is not None:  # a name that is not UTF-8 (surrogate escapes) shows U+FFFD
         title = title.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
@@ -384,6 +412,11 @@ def write_report(output: str | os.PathLike, manifest: str = "manifest.jsonl", *,
 
 def _same_bytes(path: str, data: bytes) -> bool:
     """Whether the regular file ``path`` (checked already) holds exactly ``data``."""
+    if store.is_url(path):
+        try:
+            return store.size_of(path) == len(data) and store.read_bytes(path) == data
+        except OSError:
+            return False
     try:
         if os.path.getsize(path) != len(data):
             return False

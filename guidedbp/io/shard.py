@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from guidedbp._text import one_line
 from guidedbp.errors import GuidedbpError
+from guidedbp.io import store
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.manifest import check_own_manifest
 from guidedbp.io.write import atomic_write_bytes
@@ -97,11 +98,15 @@ def _shard_files(folder: str) -> dict[int, _ShardFile]:
             is not a regular file, several values of N, a missing shard, or none at all.
     """
     by_count: dict[int, dict[int, _ShardFile]] = {}
-    for name in sorted(os.listdir(folder)):
+    if store.is_url(folder):
+        names = next(iter(store.walk(folder, recursive=False)), ("", [], []))[2]
+    else:
+        names = sorted(os.listdir(folder))
+    for name in names:
         match = _SHARD_MANIFEST.match(name)
         if not match:
             continue
-        path = os.path.join(folder, name)
+        path = store.join(folder, name) if store.is_url(folder) else os.path.join(folder, name)
         index, count = int(match[1]), int(match[2])
         if name != manifest_name(index, count):
             raise ShardError(f"{path}: not a shard manifest name (leading zero); "
@@ -133,6 +138,8 @@ def _shard_files(folder: str) -> dict[int, _ShardFile]:
 
 def _check_regular_file(path: str) -> None:
     """Refuse folders, FIFOs, sockets and devices before opening (a FIFO would block)."""
+    if store.is_url(path):
+        return  # an object is an object
     try:
         mode = os.stat(path).st_mode
     except OSError as error:
@@ -143,6 +150,15 @@ def _check_regular_file(path: str) -> None:
 
 
 def _read_bytes(path: str) -> bytes:
+    if store.is_url(path):
+        try:
+            return store.read_bytes(path)
+        except OSError as error:
+            raise ShardError(f"{path}: cannot read it ({store.describe(error)})") from None
+    return _read_file(path)
+
+
+def _read_file(path: str) -> bytes:
     # O_NONBLOCK: should a FIFO take the file's place after the check, opening it
     # returns at once and fstat refuses it, instead of waiting for a writer forever.
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
@@ -234,7 +250,8 @@ def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
                                  f"{seen[record['input']]} and {index}")
             seen[record["input"]] = index
             records.append(record)
-    target = os.path.join(folder, MERGED_MANIFEST)
+    target = store.join(folder, MERGED_MANIFEST) if store.is_url(folder) else \
+        os.path.join(folder, MERGED_MANIFEST)
     try:  # as explain refuses it: a file of the user's, or a link, is never replaced
         check_own_manifest(target)
     except GuidedbpError as error:

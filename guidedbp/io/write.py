@@ -28,7 +28,7 @@ import secrets
 
 import numpy as np
 
-from guidedbp.io import png
+from guidedbp.io import png, store
 
 __all__ = [
     "PNG_COMPRESS_LEVEL",
@@ -117,6 +117,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool 
     target = os.fspath(path)
     if not target or os.path.basename(target) == "":
         raise ValueError(f"path must name a file, got {target!r}")
+    if store.is_url(target):  # a PUT is whole or nothing: the store's atomic write
+        store.put(target, bytes(data))
+        return
     folder = os.path.dirname(os.path.abspath(target))
     make_folders(folder)
     temporary = _temporary_path(os.path.join(folder, os.path.basename(target)))
@@ -183,8 +186,11 @@ def is_own_png(path: str | os.PathLike[str]) -> bool:
     True
     """
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(_MARK_READ)
+        if store.is_url(path):
+            head = store.read_range(path, 0, _MARK_READ) or b""
+        else:
+            with open(path, "rb") as handle:
+                head = handle.read(_MARK_READ)
     except OSError:
         return False
     return head.startswith(b"\x89PNG\r\n\x1a\n") and _MARK_BYTES in head
@@ -193,6 +199,13 @@ def is_own_png(path: str | os.PathLike[str]) -> bool:
 def is_whole_png(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a non-empty PNG that ends in its IEND chunk (a cheap check of
     a file left by an earlier run: a truncated or emptied file is not whole)."""
+    if store.is_url(path):
+        try:
+            found = store.head_and_tail(path, 8, 12)
+        except OSError:
+            return False
+        return found is not None and found[2] >= 20 and found[0] == b"\x89PNG\r\n\x1a\n" \
+            and found[1][4:8] == b"IEND"
     try:
         with open(path, "rb") as handle:
             head = handle.read(8)

@@ -10,13 +10,12 @@ their share of the cores to other processes rather than to TensorFlow.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
-from guidedbp.io.manifest import ManifestWriter
+from guidedbp.io.manifest import open_manifest
 from guidedbp.pipeline import stages, writing
 from guidedbp.pipeline.stages import Plan, Prepared, Summary
 
@@ -33,7 +32,9 @@ class Delivery:
         self.plan, self.summary, self.progress = plan, summary, progress
         self.carried = carried
         self.failed = False  # a record with status "error" was delivered
-        self._manifest = ManifestWriter(os.path.join(plan.output, plan.options.manifest))
+        # On a store: a part object per batch of records (a store cannot append).
+        self._manifest = open_manifest(plan.output, plan.options.manifest,
+                                       plan.options.method.batch_size)
 
     def deliver(self, record: dict) -> None:
         self.summary.count(record, skipped=record["input"] in self.carried)

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from guidedbp.io import store
 from guidedbp.io.images import IMAGE_EXTENSIONS, ImageError, decode_image
 from guidedbp.io.inputs import InputItem
 from guidedbp.models.preprocess import prepare
@@ -37,9 +38,12 @@ def find_mask(mask_dir: str, item: InputItem) -> tuple[str, str]:
     relative = item.relative
     folder, name = os.path.split(relative)
     stem = os.path.splitext(name)[0]
-    where = os.path.join(mask_dir, folder)
+    on_store = store.is_url(mask_dir)
+    where = store.join(mask_dir, folder) if on_store else os.path.join(mask_dir, folder)
     try:
-        names = sorted(entry for entry in os.listdir(where)
+        entries = next(iter(store.walk(where, False)), ("", [], []))[2] if on_store \
+            else os.listdir(where)
+        names = sorted(entry for entry in entries
                        if os.path.splitext(entry)[0] == stem
                        and os.path.splitext(entry)[1].lower() in IMAGE_EXTENSIONS)
     except OSError:
@@ -51,7 +55,7 @@ def find_mask(mask_dir: str, item: InputItem) -> tuple[str, str]:
         raise MaskError(f"several masks for it ({', '.join(names)} in "
                         f"{os.path.join(mask_dir, folder) or '.'}): keep one")
     found = "/".join(part for part in (folder.replace(os.sep, "/"), names[0]) if part)
-    return os.path.join(where, names[0]), found
+    return (store.join(where, names[0]) if on_store else os.path.join(where, names[0])), found
 
 
 def read_mask(path: str, relative: str, image_size: tuple[int, int], placement,

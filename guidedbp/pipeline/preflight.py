@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from guidedbp._text import plural
 from guidedbp.errors import GuidedbpError
 from guidedbp.figures import require_matplotlib
+from guidedbp.io import store
 from guidedbp.io.inputs import InputItem, collect_inputs
-from guidedbp.io.lock import check_lock_path
+from guidedbp.io.lock import check_lock_object, check_lock_path
 from guidedbp.io.manifest import check_own_manifest
 from guidedbp.io.shard import select_shard
 from guidedbp.models.loading import check_model_path
@@ -96,7 +97,8 @@ def check_run(
     if options.output.figure is not None:
         require_matplotlib()
     mask_dir = options.classes.mask_dir
-    if mask_dir is not None and not os.path.isdir(mask_dir):
+    if mask_dir is not None and not (store.is_prefix(mask_dir) if store.is_url(mask_dir)
+                                     else os.path.isdir(mask_dir)):
         raise GuidedbpError(f"mask_dir={mask_dir!r} is not a folder: region masks lie in a "
                             "folder, at each input's path below its INPUT folder")
     check_output(output, options.manifest, create=False)
@@ -124,6 +126,9 @@ def check_output(output: str, manifest_name: str, create: bool = True) -> list[s
     Raises:
         GuidedbpError: Naming what is wrong; nothing is left behind.
     """
+    if store.is_url(output):
+        _check_store_output(output, manifest_name)
+        return []  # a store has no folders to create
     created, folder = [], os.path.abspath(output)
     while not os.path.isdir(folder) and not os.path.lexists(folder):
         created.insert(0, folder)
@@ -146,6 +151,20 @@ def check_output(output: str, manifest_name: str, create: bool = True) -> list[s
     if not create:
         remove_created(created)
     return created
+
+
+def _check_store_output(output: str, manifest_name: str) -> None:
+    """OUT on a store: its bucket answers, and its manifest and lock, if any, are
+    guidedbp's."""
+    bucket = output.split("://", 1)[0] + "://" + output.split("://", 1)[1].split("/", 1)[0]
+    try:
+        if not store.is_prefix(bucket):
+            raise GuidedbpError(f"cannot write to {output!r}: no bucket {bucket!r} (or no "
+                                "access to it)")
+        check_lock_object(output, manifest_name)
+    except OSError as error:
+        raise GuidedbpError(f"cannot reach {output!r}: {store.describe(error)}") from None
+    check_own_manifest(store.join(output, manifest_name))
 
 
 def remove_created(folders: list[str]) -> None:

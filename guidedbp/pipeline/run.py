@@ -21,8 +21,9 @@ from guidedbp.api import Explainer
 from guidedbp.caveats import Caveat, unique
 from guidedbp.engine.explainer import Explanation
 from guidedbp.errors import ArgumentError, GuidedbpError
+from guidedbp.io import store
 from guidedbp.io.images import decode_image
-from guidedbp.io.lock import OutputLock
+from guidedbp.io.lock import output_lock
 from guidedbp.io.manifest import read_earlier
 from guidedbp.io.report import write_report
 from guidedbp.models.labels import resolve_class
@@ -114,7 +115,8 @@ def explain_files(
     else:  # before anything is written or loaded: fail fast
         checked = check_run(model, inputs, output, options=options, runner=runner)
     items = list(checked.items)
-    manifest = os.path.join(output, options.manifest)
+    manifest = store.join(output, options.manifest) if store.is_url(output) else \
+        os.path.join(output, options.manifest)
     created = check_output(output, options.manifest)
     try:
         summary, loading = _run(model, load, options, output, manifest, items, runner,
@@ -156,7 +158,7 @@ def _loaded(model, load: dict | None) -> LoadedModel:
 
 
 def _run(model, load, options, output, manifest, items, runner, cluster, progress, started):
-    with OutputLock(output, options.manifest):
+    with output_lock(output, options.manifest):
         earlier = read_earlier(manifest)
         loaded = _loaded(model, load)
         wanted = options.classes

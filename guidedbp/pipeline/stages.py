@@ -21,6 +21,7 @@ import numpy as np
 from guidedbp._text import one_line
 from guidedbp.caveats import Caveat
 from guidedbp.figures import is_own_figure
+from guidedbp.io import store
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.write import is_own_png, is_whole_png
@@ -192,7 +193,7 @@ def carried_over(plan: Plan, items: list[InputItem], earlier: dict[str, dict]) -
 def _same_file_key(path: str) -> str:
     """An earlier record's input and this run's, however spelled (``a/../a/x.png``);
     its outputs must still be the ones this run names (:func:`_still_valid`)."""
-    return os.path.normpath(os.path.abspath(path))
+    return path if store.is_url(path) else os.path.normpath(os.path.abspath(path))
 
 
 def _scopes(guided) -> dict:
@@ -274,6 +275,11 @@ def _is_own_output(path: str) -> bool:
 
 
 def is_npy(path: str) -> bool:
+    if store.is_url(path):
+        try:
+            return store.read_range(path, 0, 6) == b"\x93NUMPY"
+        except OSError:
+            return False
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return False

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from guidedbp._outputs import output_names
 from guidedbp._text import did_you_mean, plural
 from guidedbp.errors import ArgumentError
+from guidedbp.io import store
 from guidedbp.models.labels import resolve_class
 from guidedbp.pipeline.naming import class_slug, target_slug
 
@@ -391,6 +392,9 @@ def _reference_digest(path: str, given: str) -> str:
 def file_digest(path: str) -> str:
     """The first 16 hex digits of a file's SHA-256."""
     digest = hashlib.sha256()
+    if store.is_url(path):
+        digest.update(store.read_bytes(path))
+        return digest.hexdigest()[:16]
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)

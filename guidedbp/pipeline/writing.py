@@ -19,6 +19,7 @@ from guidedbp._text import one_line
 from guidedbp.caveats import Caveat, unique
 from guidedbp.engine.methods import method
 from guidedbp.figures import is_own_figure, is_whole_figure
+from guidedbp.io import store
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.write import atomic_write_bytes, is_own_png, is_whole_png, save_npy, save_png
 from guidedbp.models.preprocess import resize_map, resize_picture
@@ -158,20 +159,24 @@ def _check_target(plan: Plan, relative: str, pictures) -> None:
     Raises:
         OSError: With the reason, which fails this input only.
     """
-    folder = plan.output
-    for part in relative.split("/")[:-1]:
-        folder = os.path.join(folder, part)
-        if os.path.islink(folder):
-            raise OSError(f"{folder!r} is a symbolic link: refusing to write through it")
     target = os.path.join(plan.output, relative)
-    try:
-        mode = os.lstat(target).st_mode
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(mode):
-        raise OSError(f"{target!r} is a symbolic link: refusing to replace it")
-    if not stat.S_ISREG(mode):
-        raise OSError(f"{target!r} exists and is not a file: refusing to replace it")
+    if store.is_url(target):  # a store has no links and no folders: only objects
+        if not store.exists(target):
+            return
+    else:
+        folder = plan.output
+        for part in relative.split("/")[:-1]:
+            folder = os.path.join(folder, part)
+            if os.path.islink(folder):
+                raise OSError(f"{folder!r} is a symbolic link: refusing to write through it")
+        try:
+            mode = os.lstat(target).st_mode
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(mode):
+            raise OSError(f"{target!r} is a symbolic link: refusing to replace it")
+        if not stat.S_ISREG(mode):
+            raise OSError(f"{target!r} exists and is not a file: refusing to replace it")
     if relative.endswith(".png"):
         # The mark decides, not a manifest: a PNG of the user's may have taken its place.
         # A file the manifest lists that is no whole PNG at all is our own, damaged.
