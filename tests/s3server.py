@@ -1,6 +1,8 @@
 """A real S3 API for the tests: moto's server, in its own process, on 127.0.0.1.
 
-:func:`start` runs ``python -m moto.server`` on a free port and waits until it answers;
+:func:`start` runs ``python -m moto.server`` on a free port (with this interpreter, or
+``GUIDEDBP_TEST_MOTO_PYTHON``: make test-pythons' venvs at the floors have s3fs but not
+moto's server, whose Flask needs a newer click) and waits until it answers;
 the tests reach it as any S3 client does, through ``AWS_ENDPOINT_URL`` and dummy
 credentials in the environment (:func:`environment`), which the CLI subprocesses and Ray
 workers inherit. Buckets are made with :func:`make_bucket`; objects are compared with
@@ -28,7 +30,8 @@ def start() -> tuple[subprocess.Popen, str]:
     for _ in range(5):  # another process may take the port between its choice and bind
         port = free_port()
         process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            [os.environ.get("GUIDEDBP_TEST_MOTO_PYTHON") or sys.executable, "-m",
+             "moto.server", "-H", "127.0.0.1", "-p", str(port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         endpoint = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30

@@ -213,3 +213,20 @@ def test_store_put_is_whole_and_conditional(bucket):
     data = np.arange(10, dtype=np.uint8).tobytes()
     store.put(url, data)
     assert store.read_bytes(url) == data and store.size_of(url) == 10
+
+
+def test_evaluate_reads_images_and_masks_from_the_store(bucket):
+    """evaluate IMAGES --masks with both as URLs: the same table as from the folders."""
+    s3server.upload(str(REPO / "sample_images" / "shapes"), f"{bucket}/shapes")
+    s3server.upload(str(REPO / "sample_images" / "masks" / "shapes"), f"{bucket}/masks")
+    common = ("--method", "guided", "--metric", "pointing,energy")
+    local = run_cli("evaluate", "demo", REPO / "sample_images" / "shapes", "--masks",
+                    REPO / "sample_images" / "masks" / "shapes", *common, code=0)
+    remote = run_cli("evaluate", "demo", f"{bucket}/shapes", "--masks", f"{bucket}/masks",
+                     *common, code=0)
+    table = [line for line in local.stdout.splitlines() if line.startswith("overall")]
+    assert len(table) == 2 and table == [line for line in remote.stdout.splitlines()
+                                         if line.startswith("overall")]
+    where = lambda text: [line for line in text.splitlines()  # noqa: E731
+                          if not line.startswith("model demo on")]
+    assert where(remote.stdout) == where(local.stdout)

@@ -25,6 +25,7 @@ from guidedbp.checks.faithfulness import (
 )
 from guidedbp.checks.metrics_catalog import METRIC_NAMES
 from guidedbp.cli.common import (
+    FolderOrURL,
     UsageFailure,
     batch_size_option,
     complete_comma_list,
@@ -79,7 +80,7 @@ def _resolve_metrics(metrics: tuple[str, ...], masked: bool, segmentation: bool
 @click.command("evaluate")
 @click.argument("model")
 @click.argument("images", nargs=-1, metavar="[IMAGES]...")
-@click.option("--masks", type=click.Path(exists=True, file_okay=False), default=None,
+@click.option("--masks", type=FolderOrURL(exists=True, file_okay=False), default=None,
               help="Folder of mask PNGs (white = object) matching IMAGES by relative path "
                    "and stem.")
 @click.option("--shapes", type=click.IntRange(1, MAX_SHAPES), default=None, metavar="N",
@@ -338,6 +339,7 @@ def _synthetic(count: int, seed: int, distractors: bool, explain_distractor: boo
 def _from_files(inputs, mask_root: str | None, channels: int):
     """One :class:`Sample` per image of ``inputs``, with its mask from ``mask_root`` (if
     given)."""
+    from guidedbp.io import store
     from guidedbp.io.images import IMAGE_EXTENSIONS, ImageError, decode_image
     from guidedbp.io.inputs import collect_inputs
 
@@ -351,8 +353,10 @@ def _from_files(inputs, mask_root: str | None, channels: int):
             samples.append(Sample(item.path, picture, None, stem=item.output_stem))
             continue
         stem = os.path.splitext(item.relative)[0]  # its path below the IMAGES folder
-        candidates = [os.path.join(mask_root, stem + ext) for ext in (".png", *IMAGE_EXTENSIONS)]
-        mask_path = next((c for c in candidates if os.path.isfile(c)), None)
+        candidates = [os.path.join(mask_root, stem + ext)
+                      for ext in dict.fromkeys((".png", *IMAGE_EXTENSIONS))]
+        is_file = store.exists if store.is_url(mask_root) else os.path.isfile
+        mask_path = next((c for c in candidates if is_file(c)), None)
         if mask_path is None:
             missing.append(item.path)
             continue

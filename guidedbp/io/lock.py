@@ -163,3 +163,208 @@ def _read_holder(descriptor: int) -> str:
         return f"pid {holder['pid']} on {holder['host']}, started {holder['started']}"
     except (OSError, ValueError, KeyError, TypeError):
         return "its pid is not recorded"
+
+
+#: Seconds after its last renewal that a store lock is taken for a killed run's and taken
+#: over (``GUIDEDBP_LOCK_LEASE``); the holder renews it every quarter of that.
+LOCK_LEASE = 300.0
+#: Seconds a run waits after writing a lock on a store that ignores conditional writes,
+#: before reading it back (``GUIDEDBP_LOCK_SETTLE``).
+LOCK_SETTLE = 2.0
+#: A lock object is a few hundred bytes: anything much larger at its key is not one.
+_LOCK_LIMIT = 1 << 16
+
+
+def _seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+class ObjectLock:
+    """The lock of ``OUT/manifest`` on an object store: the object ``OUT/.MANIFEST.lock``.
+
+    It is created with a conditional write (``If-None-Match: *``), so of two runs that
+    start together exactly one gets it; the other is refused with the holder's pid, host
+    and start time, as the local lock does. A store cannot drop a lock when its holder
+    dies, so the holder renews it every quarter of ``GUIDEDBP_LOCK_LEASE`` seconds (300
+    by default); a lock not renewed for that long is a killed run's, and the next run
+    takes it over. A run that ends removes it. A run that takes a lock over waits
+    ``GUIDEDBP_LOCK_SETTLE`` seconds (2) and reads it back before going on, as two runs
+    that found the same stale lock may each have removed it (the later one removing the
+    other's new lock): only the one whose lock is there then goes on.
+
+    Stores that ignore the condition (found out once per run by writing the lock again
+    with it, :func:`guidedbp.io.store.honours_create`) get a check, write and read-back:
+    a run that finds a live lock is refused; else it writes its own, waits
+    ``GUIDEDBP_LOCK_SETTLE`` seconds (2) and reads it back, and only the run whose lock
+    is still there goes on. Two runs both go on only if one listed no lock and wrote
+    its own more than the settle time later, which a healthy store does not allow.
+    """
+
+    def __init__(self, folder: str, manifest: str = "manifest.jsonl"):
+        from guidedbp.io import store
+
+        self._store = store
+        self.path = store.join(folder, f".{manifest}.lock")
+        self.folder = folder
+        self.conditional: bool | None = None
+        self._token = None
+        self._stop = None
+        self._thread = None
+
+    def _holder(self) -> dict | None:
+        """The lock object's holder, ``None`` when there is no lock object.
+
+        Raises:
+            LockFileError: An object there that is not a guidedbp lock (not JSON with a
+                token, or larger than any lock is).
+            OSError: The store refused.
+        """
+        size = self._store.size_of(self.path)
+        if size is None:
+            return None
+        holder = None
+        if size <= _LOCK_LIMIT:  # a large object is no lock: not read (nor held) whole
+            try:
+                data = self._store.read_bytes(self.path)
+            except FileNotFoundError:  # removed since: its holder let go
+                return None
+            try:
+                holder = json.loads(data)
+            except ValueError:
+                pass
+        if not isinstance(holder, dict) or not isinstance(holder.get("token"), str):
+            raise LockFileError(f"{self.path!r} exists and is not a guidedbp lock: remove "
+                                "it, or choose another output prefix")
+        return holder
+
+    def _refuse(self, holder: dict) -> LockedError:
+        try:
+            who = f"pid {holder['pid']} on {holder['host']}, started {holder['started']}"
+        except (KeyError, TypeError):
+            who = "its pid is not recorded"
+        return LockedError(f"{self.folder!r} is being written by another guidedbp run "
+                           f"({who}): wait for it to finish, or write to another prefix")
+
+    def _stale(self, holder: dict) -> bool:
+        renewed = holder.get("renewed")
+        lease = _seconds("GUIDEDBP_LOCK_LEASE", LOCK_LEASE)
+        return not isinstance(renewed, (int, float)) or time.time() - renewed > lease
+
+    def _body(self) -> bytes:
+        return json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                           "started": self._started, "token": self._token,
+                           "renewed": time.time()}).encode()
+
+    def acquire(self) -> ObjectLock:
+        import secrets
+
+        store = self._store
+        self._token = secrets.token_hex(8)
+        self._started = time.strftime("%Y-%m-%d %H:%M:%S")
+        try:
+            holder = self._holder()
+            took_over = holder is not None
+            if took_over:
+                if not self._stale(holder):
+                    raise self._refuse(holder)
+                # A killed run's lock: remove it if it is still that one, then race for it.
+                if (self._holder() or {}).get("token") == holder["token"]:
+                    store.delete(self.path)
+            try:
+                store.put(self.path, self._body(), create=True)
+            except FileExistsError:
+                raise self._refuse(self._holder() or {}) from None
+            try:
+                self._confirm(took_over)
+            except LockedError:
+                raise  # the lock there is another run's
+            except BaseException:  # a store error, Ctrl-C: leave no lock of ours behind
+                self._let_go_if_ours()
+                raise
+        except OSError as error:
+            raise LockFileError(f"cannot create the lock object {self.path!r}: "
+                                f"{store.describe(error)}") from None
+        self._renew_in_background()
+        return self
+
+    def _confirm(self, took_over: bool) -> None:
+        """Make sure the lock just written is ours and stays so.
+
+        Where the store ignores the condition, or after a takeover (two runs that both
+        found the same stale lock may each have removed it, the later one removing the
+        other's new lock), only the run whose lock is there after the settle time goes
+        on: the store holds the last write by then.
+
+        Raises:
+            LockedError: Another run's lock is there.
+        """
+        try:
+            self.conditional = self._store.honours_create(self.path)
+        except FileNotFoundError:  # removed since written: another run took over too
+            self.conditional, took_over = None, True
+        if self.conditional and not took_over:
+            return
+        time.sleep(_seconds("GUIDEDBP_LOCK_SETTLE", LOCK_SETTLE))
+        holder = self._holder()
+        if (holder or {}).get("token") != self._token:
+            raise self._refuse(holder or {})
+
+    def _let_go_if_ours(self) -> None:
+        try:
+            if (self._holder() or {}).get("token") == self._token:
+                self._store.delete(self.path)
+        except (OSError, GuidedbpError):
+            pass
+
+    def _renew_in_background(self) -> None:
+        import threading
+
+        self._stop = threading.Event()
+        every = _seconds("GUIDEDBP_LOCK_LEASE", LOCK_LEASE) / 4
+
+        def renew():
+            while not self._stop.wait(every):
+                try:
+                    if (self._holder() or {}).get("token") != self._token:
+                        return  # taken over: not ours to renew
+                    self._store.put(self.path, self._body())
+                except (OSError, GuidedbpError):
+                    continue  # the next renewal tries again
+
+        self._thread = threading.Thread(target=renew, name="guidedbp-lock", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Stop renewing and remove the lock object, if it is still ours."""
+        if self._stop is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._stop = None
+        self._let_go_if_ours()
+
+    def __enter__(self) -> ObjectLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def output_lock(folder: str, manifest: str = "manifest.jsonl"):
+    """The lock of ``folder/manifest``: :class:`OutputLock` on a disk,
+    :class:`ObjectLock` on an object store (``folder`` a URL)."""
+    from guidedbp.io import store
+
+    if store.is_url(folder):
+        return ObjectLock(folder, manifest)
+    return OutputLock(folder, manifest)
+
+
+def check_lock_object(folder: str, manifest: str = "manifest.jsonl") -> None:
+    """Refuse, before a run starts, an object at the lock's key that is not a guidedbp
+    lock (a live or killed run's lock is the lock's own business)."""
+    ObjectLock(folder, manifest)._holder()

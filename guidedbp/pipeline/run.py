@@ -127,8 +127,6 @@ def explain_files(
     summary.passed_over = checked.passed_over
     summary.hidden = checked.hidden
     summary.loading = loading
-    if options.output.report and options.inputs.shard is None:
-        summary.report = _report(output, options.manifest)
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -143,7 +141,7 @@ def _report(output: str, manifest: str) -> str | None:
     try:
         return write_report(output, manifest)
     except (GuidedbpError, OSError) as error:
-        warnings.warn(f"no report written: {error}", ReportWarning, stacklevel=3)
+        warnings.warn(f"no report written: {error}", ReportWarning, stacklevel=4)
         return None
 
 
@@ -196,6 +194,9 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
             summary = run_on_ray(plan, recipe, items, cluster or Cluster(), progress, carried)
         else:
             summary = run_local(plan, explainer, items, progress, carried)
+        if options.output.report and options.inputs.shard is None:
+            # Under the lock: a second run must not start while the page is written.
+            summary.report = _report(output, options.manifest)
     return summary, loading
 
 
