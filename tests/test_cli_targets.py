@@ -408,7 +408,8 @@ def test_the_ray_engine_records_what_the_local_engine_records(here, tmp_path):
     flags = ["--target", "region:1", "--target", "unit:5", "--mask-dir", "masks",
              "--labels", "labels.txt", "--batch-size", "2"]
     explain("seg.keras", "photos", "-o", tmp_path / "local", *flags)
-    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, ignore_reinit_error=True,
+             log_to_driver=False)
     try:
         explain("seg.keras", "photos", "-o", tmp_path / "ray", *flags, "--engine", "ray",
                 "--workers", "1")

@@ -228,7 +228,8 @@ def ray_cluster():
     """One local Ray instance for the module, shut down after it."""
     ray = pytest.importorskip("ray", reason="Ray is not installed: pip install '.[ray]'")
     pytest.importorskip("ray.data", reason="Ray Data is not installed: pip install '.[ray]'")
-    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, ignore_reinit_error=True,
+             log_to_driver=False)
     yield ray
     ray.shutdown()
 
