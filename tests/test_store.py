@@ -142,6 +142,41 @@ def test_the_python_api_takes_urls(model, tree, bucket, workspace):
         "manifest.jsonl"]
 
 
+def test_each_input_costs_one_get_and_each_output_one_put(model, bucket, workspace):
+    """On S3, which honours conditional writes, an input is one GET and an output one
+    conditional PUT: no HEAD and no listing per image (each would be a round trip, and
+    s3fs asks whether a missing key is a folder with a listing). Counted from botocore's
+    calls, as the differences between runs of 2 and 6 images (batch 2: a manifest part
+    per batch, read back and removed when the manifest is compacted)."""
+    import collections
+
+    from PIL import Image
+
+    from guidedbp import explain_files
+
+    from .helpers import tinted_noise
+
+    for n in (2, 6):
+        folder = workspace / "counted" / f"n{n}"
+        folder.mkdir(parents=True)
+        for index in range(n):
+            Image.fromarray(tinted_noise(16, 16, seed=index)).save(folder / f"{index}.png")
+        s3server.upload(str(folder), f"{bucket}/in{n}")
+    calls: collections.Counter = collections.Counter()
+    store.filesystem(bucket).s3.meta.events.register(
+        "before-call.s3", lambda model, **_: calls.update([model.name]))
+    made = {}
+    for n in (2, 6):
+        calls.clear()
+        summary = explain_files(model, f"{bucket}/in{n}/", f"{bucket}/out{n}",
+                                renders=("color", "overlay"), batch_size=2)
+        assert summary.done == n
+        made[n] = dict(calls)
+    more = {op: made[6].get(op, 0) - made[2].get(op, 0) for op in {*made[2], *made[6]}}
+    assert {op: count for op, count in more.items() if count} == {
+        "GetObject": 4 + 2, "PutObject": 4 * 2 + 2, "DeleteObject": 2}, made
+
+
 def test_listing_walks_prefixes_in_the_local_order(bucket, tmp_path):
     """Files of a prefix before its sub-prefixes, each sorted: the order (and so the
     batches) of the local walk of the same tree."""
@@ -213,6 +248,15 @@ def test_store_put_is_whole_and_conditional(bucket):
     data = np.arange(10, dtype=np.uint8).tobytes()
     store.put(url, data)
     assert store.read_bytes(url) == data and store.size_of(url) == 10
+    # One ranged GET: up to the limit it reads whole; over it, refused; S3 refuses any
+    # range of an empty object, which is read as empty.
+    assert store.read_bytes(url, limit=10) == data
+    with pytest.raises(OSError, match="10 bytes, over the 9 "):
+        store.read_bytes(url, limit=9)
+    store.put(url, b"")
+    assert store.read_bytes(url) == b"" == store.read_bytes(url, limit=4)
+    with pytest.raises(FileNotFoundError):
+        store.read_bytes(f"{bucket}/k/none.bin", limit=4)
 
 
 def test_evaluate_reads_images_and_masks_from_the_store(bucket):

@@ -244,9 +244,18 @@ def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:
         ValueError: If ``array`` holds Python objects (it would need pickle).
         OSError: If the file cannot be written.
     """
+    atomic_write_bytes(path, encode_npy(array))
+
+
+def encode_npy(array: np.ndarray) -> bytes:
+    """An array in NumPy's ``.npy`` format, without pickling (:func:`save_npy`'s bytes).
+
+    Raises:
+        ValueError: If ``array`` holds Python objects (it would need pickle).
+    """
     values = np.asarray(array)
     if values.dtype.hasobject:
         raise ValueError(f"array must not hold Python objects, got dtype {values.dtype}")
     buffer = io.BytesIO()
     np.save(buffer, values, allow_pickle=False)
-    atomic_write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()

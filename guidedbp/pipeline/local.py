@@ -3,6 +3,8 @@
 Decoding runs one batch ahead and rendering/writing one batch behind the engine,
 in threads (TensorFlow, numpy, Pillow and zlib release the GIL), so the model is rarely
 idle. At most three batches are in memory at once, whatever the number of images.
+Two threads decode and two write; on an object store, where each read and write waits
+on the network, ``STORE_THREADS`` each.
 The worker threads keep the engine's scheduling priority: lowered (a nice value,
 ``SCHED_BATCH``) they were measured to slow the run on a busy machine, where they lose
 their share of the cores to other processes rather than to TensorFlow.
@@ -15,9 +17,13 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
+from guidedbp.io import store
 from guidedbp.io.manifest import open_manifest
 from guidedbp.pipeline import stages, writing
 from guidedbp.pipeline.stages import Plan, Prepared, Summary
+
+#: Decoding and writing threads each when the inputs or OUT are on an object store.
+STORE_THREADS = 8
 
 
 class Delivery:
@@ -65,7 +71,11 @@ def run_local(plan: Plan, explainer, items: list, progress=None,
     carried = carried or {}
     delivery = Delivery(plan, summary, progress, carried)
     try:
-        with _pool("guidedbp-decode") as decoders, _pool("guidedbp-write") as writers:
+        # On a store each read and write waits on the network: more threads hide it.
+        threads = STORE_THREADS if store.is_url(plan.output) or any(
+            store.is_url(item.path) for item in items) else 2
+        with _pool("guidedbp-decode", threads) as decoders, \
+                _pool("guidedbp-write", threads) as writers:
 
             def submit_decode(index: int) -> list[Future]:
                 if index >= len(batches) or interrupt.stopped:
@@ -120,10 +130,10 @@ def _up_to_failure(prepared: list[Prepared], fail_fast: bool) -> tuple[list[Prep
 
 
 @contextmanager
-def _pool(name: str):
-    """Two worker threads. Leaving on an exception (Ctrl-C) drops the queued tasks and
-    waits only for the running ones (one image each), not for a batch of them."""
-    executor = ThreadPoolExecutor(2, name)
+def _pool(name: str, threads: int):
+    """``threads`` worker threads. Leaving on an exception (Ctrl-C) drops the queued
+    tasks and waits only for the running ones (one image each), not for a batch of them."""
+    executor = ThreadPoolExecutor(threads, name)
     try:
         yield executor
     except BaseException:

@@ -156,7 +156,7 @@ def _loaded(model, load: dict | None) -> LoadedModel:
 
 
 def _run(model, load, options, output, manifest, items, runner, cluster, progress, started):
-    with output_lock(output, options.manifest):
+    with output_lock(output, options.manifest) as lock:
         earlier = read_earlier(manifest)
         loaded = _loaded(model, load)
         wanted = options.classes
@@ -181,7 +181,8 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
                           for target in record["targets"] if isinstance(target, dict)
                           for path in _paths_of(target))
         plan = Plan(output, options, Feed.of(loaded), classes, num_classes, owned,
-                    guided=report.as_dict()["by_rule"], targets=targets)
+                    guided=report.as_dict()["by_rule"], targets=targets,
+                    conditional=getattr(lock, "conditional", None) is True)
         carried = carried_over(plan, items, earlier) if options.output.skip_existing else {}
         carried.update(_clashes(plan, items))
         if hasattr(progress, "begin"):

@@ -74,6 +74,9 @@ class Plan:
             method swaps gradients); every record carries it.
         targets: The run's :class:`~guidedbp.pipeline.targets.TargetPlan` when it names
             targets or a model output; ``None`` for a plain class run.
+        conditional: OUT is on a store that honours conditional writes (``If-None-Match:
+            *``, found out by the run's lock): outputs are written by conditional PUTs,
+            and only an object already there is checked before it is replaced.
     """
 
     output: str
@@ -84,6 +87,7 @@ class Plan:
     owned: frozenset = frozenset()
     guided: dict = field(default_factory=dict)
     targets: TargetPlan | None = None
+    conditional: bool = False
 
     @property
     def naming(self) -> Naming:

@@ -21,7 +21,7 @@ from guidedbp.engine.methods import method
 from guidedbp.figures import is_own_figure, is_whole_figure
 from guidedbp.io import store
 from guidedbp.io.inputs import InputItem
-from guidedbp.io.write import atomic_write_bytes, is_own_png, is_whole_png, save_npy, save_png
+from guidedbp.io.write import atomic_write_bytes, encode_npy, encode_png, is_own_png, is_whole_png
 from guidedbp.models.preprocess import resize_map, resize_picture
 from guidedbp.pipeline.naming import label_of
 from guidedbp.pipeline.stages import Explained, Plan, Prepared, is_npy
@@ -62,8 +62,9 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
             planned = ranked_target(entry.target, labels)
         outputs, raw = naming.paths(prepared.item.output_stem,
                                     entry.target if planned is None else planned.slug)
-        for relative in [*outputs.values(), *(path for _, path in naming.raw_items(raw))]:
-            _check_target(plan, relative, outputs.values())
+        if not plan.conditional:  # else each PUT asks the store itself (_save)
+            for relative in [*outputs.values(), *(path for _, path in naming.raw_items(raw))]:
+                _check_target(plan, relative, outputs.values())
         if options.render.output_size == "original":
             shown = {m: prepared.placement.to_original(v) for m, v in entry.maps.items()}
             picture = prepared.original
@@ -80,8 +81,8 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
             caption = f"{options.methods[0]}: {caption}"
         for key, relative in outputs.items():
             if key == "figure":
-                _write_figure(plan, os.path.join(plan.output, relative), picture, shown,
-                              title, entry.caveats)
+                _write_figure(plan, relative, outputs.values(), picture, shown, title,
+                              entry.caveats)
                 continue
             if key == "panel" and len(shown) > 1:
                 array = comparison_panel(shown, picture, caption, style, options.render.tile,
@@ -92,10 +93,11 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
                 lines = [c.line for c in entry.caveats if c.concerns(name_of_method)]
                 array = render(name, shown[name_of_method], picture, caption=caption,
                                caveats=lines, **options.render.panel_style)
-            save_png(os.path.join(plan.output, relative), array)
+            _save(plan, relative, encode_png(array), outputs.values())
         for name_of_method, relative in naming.raw_items(raw):
-            save_npy(os.path.join(plan.output, relative),
-                     np.asarray(entry.maps[name_of_method], dtype=np.float32))  # no copy
+            _save(plan, relative, encode_npy(np.asarray(entry.maps[name_of_method],
+                                                        dtype=np.float32)),  # no copy
+                  outputs.values())
         if planned is None:
             targets.append({"class": entry.target, "label": label,
                             "score": round(entry.probability, 6), "outputs": outputs,
@@ -130,8 +132,26 @@ _FIGURE_LOCK = threading.Lock()
 FIGURE_MAX_SIDE = 1024
 
 
-def _write_figure(plan: Plan, path: str, picture: np.ndarray, maps: dict, title: str,
-                  caveats: tuple[Caveat, ...] = ()) -> None:
+def _save(plan: Plan, relative: str, data: bytes, pictures) -> None:
+    """Write ``OUT/relative`` whole (atomically on a disk, one PUT on a store).
+
+    On a store that honours conditional writes (``plan.conditional``) the PUT asks
+    whether an object is there (``If-None-Match: *``): only when one is, is it checked
+    (:func:`_check_target`: it must be guidedbp's own) and replaced. One request per
+    output where a HEAD, and on S3 a listing, would come before each PUT.
+    """
+    path = os.path.join(plan.output, relative)
+    if plan.conditional:
+        try:
+            store.put(path, data, create=True)
+            return
+        except FileExistsError:
+            _check_target(plan, relative, pictures)
+    atomic_write_bytes(path, data)
+
+
+def _write_figure(plan: Plan, relative: str, pictures, picture: np.ndarray, maps: dict,
+                  title: str, caveats: tuple[Caveat, ...] = ()) -> None:
     """Draw one explanation's matplotlib figure and write it atomically."""
     from guidedbp import figures
 
@@ -145,7 +165,7 @@ def _write_figure(plan: Plan, path: str, picture: np.ndarray, maps: dict, title:
         figure = figures.draw(picture, maps, title, cmap=style.cmap, clip=style.clip,
                               caveats=[caveat.line for caveat in caveats])
         data = figures.figure_bytes(figure, output.figure, dpi=output.dpi)
-    atomic_write_bytes(path, data)
+    _save(plan, relative, data, pictures)
 
 
 def _check_target(plan: Plan, relative: str, pictures) -> None:
