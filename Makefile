@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 # `peer` (they need build/xplique-venv) are deselected: make test-peers runs them.
 test: $(STAMP)
 	$(PY) -m ruff check guidedbp tests benchmarks
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not peer"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not peer" --durations=25
 
 # guidedbp's metrics against Xplique 2.0.2's on the same model and maps (-s prints the
 # table the README shows).

@@ -37,6 +37,8 @@ README = REPO / "README.md"
 SKIPPED = {
     "guidedbp explain keras:ResNet50 sample_images/cat.jpg": "downloads ImageNet weights",
     "/data/": "paths on a cluster's shared volume, run by Ray, Slurm or Kubernetes",
+    "s3://": "a reader's buckets and credentials; tests/test_store.py and "
+             "tests/test_store_hostile.py run these commands against moto's S3 server",
     "guidedbp evaluate demo-silu --shapes 500": "minutes of work (make eval runs it); "
                                                 "tests/test_demo_silu.py evaluates 6 shapes",
     "guidedbp evaluate demo-seg --shapes 200": "minutes of work (make eval runs it); "

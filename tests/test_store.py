@@ -237,6 +237,28 @@ def test_a_missing_library_names_its_extra(tmp_path):
     assert lines == ["Error: s3:// URLs need s3fs: pip install 'guidedbp[s3]'"], lines
 
 
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_missing_credentials_are_one_line_exit_2(tmp_path, where):
+    """No credentials anywhere (botocore's NoCredentialsError is no OSError): the URL
+    and the library's words, exit 2, not an internal error."""
+    url = "s3://bucket/photos/" if where == "input" else "s3://bucket/maps/"
+    args = ["demo", url, "-o", "out"] if where == "input" else [
+        "demo", str(REPO / "sample_images" / "shapes"), "-o", url]
+    code = f"from guidedbp.cli import main\nmain(['explain', *{args!r}])\n"
+    env = {key: value for key, value in subprocess_environment().items()
+           if not key.startswith("AWS_")}
+    env.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("Error")]
+    doing = "list" if where == "input" else "reach"
+    assert lines == [f"Error: cannot {doing} '{url}': Unable to locate credentials"], \
+        done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
 def test_store_put_is_whole_and_conditional(bucket):
     url = f"{bucket}/k/x.bin"
     store.put(url, b"first", create=True)

@@ -20,6 +20,7 @@ a folder named ``file:``).
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 from collections.abc import Iterator
 
@@ -36,6 +37,46 @@ _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure",
 
 class StoreError(GuidedbpError):
     """A URL that cannot be used: its library is missing, or the store refused."""
+
+
+#: The store libraries whose own errors are not OSErrors (botocore's NoCredentialsError,
+#: google.auth's DefaultCredentialsError, azure.core's ClientAuthenticationError, ...).
+_LIBRARIES = frozenset({"botocore", "aiobotocore", "s3fs", "google", "gcsfs", "azure",
+                        "adlfs", "aiohttp"})
+
+
+def _foreign(error: Exception) -> OSError | None:
+    if isinstance(error, OSError) or type(error).__module__.split(".")[0] not in _LIBRARIES:
+        return None
+    return OSError(describe(error))
+
+
+def _store_errors(function):
+    """A store library's own error (missing credentials, an endpoint that does not
+    answer) raised as an ``OSError`` with its message: the user's to fix, as a refusal
+    is, not a bug of guidedbp's."""
+    if inspect.isgeneratorfunction(function):
+        @functools.wraps(function)
+        def generator(*args, **kwargs):
+            try:
+                yield from function(*args, **kwargs)
+            except Exception as error:
+                translated = _foreign(error)
+                if translated is None:
+                    raise
+                raise translated from None
+        return generator
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except Exception as error:
+            translated = _foreign(error)
+            if translated is None:
+                raise
+            raise translated from None
+    return wrapper
 
 
 def is_url(path: object) -> bool:
@@ -110,6 +151,7 @@ def describe(error: BaseException) -> str:
     return text[:200]
 
 
+@_store_errors
 def read_bytes(url: str, limit: int | None = None) -> bytes:
     """The whole object (an object larger than ``limit`` bytes is refused unread).
 
@@ -136,6 +178,7 @@ def read_bytes(url: str, limit: int | None = None) -> bytes:
     return data
 
 
+@_store_errors
 def read_range(url: str, start: int, end: int) -> bytes | None:
     """Bytes ``start`` to ``end`` of an object (negative: from its end), or ``None``
     when there is no such object."""
@@ -158,6 +201,7 @@ def head_and_tail(url: str, head: int, tail: int) -> tuple[bytes, bytes, int] | 
     return first, last, size
 
 
+@_store_errors
 def size_of(url: str) -> int | None:
     """The object's size in bytes; ``None`` when there is none (or it is a prefix)."""
     try:
@@ -172,6 +216,7 @@ def exists(url: str) -> bool:
     return size_of(url) is not None
 
 
+@_store_errors
 def is_prefix(url: str) -> bool:
     """Whether ``url`` names a prefix ("folder") with objects below it, or a bucket."""
     try:
@@ -180,6 +225,7 @@ def is_prefix(url: str) -> bool:
         return False
 
 
+@_store_errors
 def put(url: str, data: bytes, create: bool = False) -> None:
     """Write an object whole (a PUT: readers see the old object or the new one).
 
@@ -197,6 +243,7 @@ def put(url: str, data: bytes, create: bool = False) -> None:
         fs.pipe_file(_path(url), bytes(data))
 
 
+@_store_errors
 def delete(url: str) -> None:
     """Remove an object; one that is gone already is no error."""
     try:
@@ -205,6 +252,7 @@ def delete(url: str) -> None:
         pass
 
 
+@_store_errors
 def honours_create(url: str) -> bool:
     """Whether the store refuses a second conditional create of the object at ``url``
     (which must exist, and be ours: it is written again, with the same bytes, where the
@@ -219,6 +267,7 @@ def honours_create(url: str) -> bool:
     return False
 
 
+@_store_errors
 def walk(url: str, recursive: bool = True) -> Iterator[tuple[str, list[str], list[str]]]:
     """``(prefix URL, sorted sub-prefix names, sorted object names)`` below ``url``,
     one prefix at a time (a listing of one prefix is held at once, never the bucket's),
@@ -248,6 +297,7 @@ def walk(url: str, recursive: bool = True) -> Iterator[tuple[str, list[str], lis
             stack.extend(f"{current}/{name}" for name in reversed(folders))
 
 
+@_store_errors
 def glob(pattern: str) -> list[str]:
     """The object URLs matching a glob pattern (``s3://b/photos/*/*.jpg``), sorted."""
     fs = filesystem(pattern)
