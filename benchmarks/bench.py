@@ -52,6 +52,11 @@
   map's Pearson and Spearman correlation with its float32 map; skipped, with the
   reason, where the hardware has no fast path. With a GPU, also images/s of ResNet50
   and MobileNetV2 in float32 and mixed.
+- fingerprint: the resume fingerprint (``made_by``, once per run) against a ResNet50
+  (``weights=None``) run of 256 images, 224x224, batch 16, guided, side by side in this
+  process, for the model in memory and as a ``.keras`` file (target <= 2 %); and the model
+  digest of VGG16 (528 MB of weights) as a ``.keras`` file, a SavedModel folder and in
+  memory.
 - startup: a cold ``guidedbp explain demo ONE.png``, phase by phase (guidedbp's imports,
   TensorFlow's import, loading, the trace, the first and a second map), median of 3 fresh
   processes, and the whole command's wall time.
@@ -1252,6 +1257,79 @@ def startup(folder: str, rounds: int = 3) -> None:
           f"import {tensorflow:.2f} s and the rest of the phases {ours:.2f} s")
 
 
+def fingerprint_cost(folder: str, count: int = 256, batch: int = 16, rounds: int = 5) -> bool:
+    """The resume fingerprint (``made_by``: the model's content digest and the options'
+    digests, computed once per run) against a run of ``count`` images on ResNet50
+    (``weights=None``, 224x224, batch 16, guided: the engine alone, a lower bound of the
+    whole job's time, so the ratio is an upper bound), side by side in this process; the
+    fingerprint of ResNet50 in memory (``keras:NAME``) and as a ``.keras`` file, median of
+    ``rounds`` taken before and after the run. Then VGG16's model digest (528 MB of
+    weights) as a ``.keras`` file, a SavedModel folder (``model.export``) and in memory,
+    median of ``rounds``, files just written (in the page cache, as after loading)."""
+    import shutil
+
+    from guidedbp.models.digest import file_digest, folder_digest, keras_digest
+    from guidedbp.models.loading import load_model
+    from guidedbp.pipeline.fingerprint import made_by
+    from guidedbp.pipeline.options import RunOptions
+
+    target = 0.02
+    options = RunOptions.of(methods="guided", batch_size=batch)
+    keras.utils.set_random_seed(0)
+    in_memory = load_model("keras:ResNet50", weights="none")
+    path = os.path.join(folder, "fingerprint-ResNet50.keras")
+    in_memory.model.save(path)
+    from_file = load_model(path, preprocess="caffe")
+    explainer = Explainer(in_memory, "guided", batch_size=batch)
+    images = np.random.default_rng(0).uniform(-120, 150, (count, 224, 224, 3)).astype(np.float32)
+    explainer.explain_top_k(images[:batch], 1)  # traced and warmed up
+
+    def run() -> None:
+        for start in range(0, count, batch):
+            explainer.explain_top_k(images[start : start + batch], 1)
+
+    seconds: dict[str, list[float]] = {"in memory": [], ".keras file": []}
+
+    def fingerprints(times: int) -> None:
+        for _ in range(times):
+            seconds["in memory"].append(timed(made_by, in_memory, options))
+            seconds[".keras file"].append(timed(made_by, from_file, options, None, path))
+
+    fingerprints(rounds // 2 + 1)
+    run_s = timed(run)
+    fingerprints(rounds - rounds // 2 - 1)
+    print(f"resume fingerprint vs a run: ResNet50 weights=None, {count} images 224x224, batch "
+          f"{batch}, guided (engine alone), {os.cpu_count()} CPUs: run {run_s:.1f} s")
+    met = True
+    for kind, values in seconds.items():
+        ratio = statistics.median(values) / run_s
+        met = met and ratio <= target
+        print(f"  fingerprint, model {kind}: {statistics.median(values):.3f} s = "
+              f"{100 * ratio:.2f} % of the run (target <= {100 * target:g} %): "
+              f"{'met' if ratio <= target else 'NOT met'}", flush=True)
+
+    keras.utils.set_random_seed(0)
+    model = keras.applications.VGG16(weights=None)
+    paths = {".keras": os.path.join(folder, "fingerprint-VGG16.keras"),
+             "SavedModel": os.path.join(folder, "fingerprint-VGG16_savedmodel")}
+    model.save(paths[".keras"])
+    model.export(paths["SavedModel"], verbose=False)
+    digests = {".keras": (file_digest, paths[".keras"]),
+               "SavedModel": (folder_digest, paths["SavedModel"]),
+               "in memory": (keras_digest, model)}
+    size = sum(v.numpy().nbytes for v in model.weights)
+    print(f"VGG16 weights=None ({size / 1e6:.0f} MB of weights): model digest (SHA-256), "
+          f"median of {rounds}")
+    for kind, (function, argument) in digests.items():
+        values = [timed(function, argument) for _ in range(rounds)]
+        median = statistics.median(values)
+        print(f"  {kind:<11}{median:>7.2f} s ({size / 1e9 / median:.1f} GB/s of weights)",
+              flush=True)
+    os.remove(paths[".keras"])
+    shutil.rmtree(paths["SavedModel"])
+    return met
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -1260,7 +1338,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["engine", "savedmodel", "methods", "end-to-end",
                                            "memory", "memory-big", "ray", "callback",
                                            "report", "costs", "blackbox", "targets", "precision",
-                                           "startup", "s3"])
+                                           "startup", "s3", "fingerprint"])
     parser.add_argument("--methods", default=None,
                         help="With --only costs: a comma list of methods (default: all).")
     args = parser.parse_args()
@@ -1295,6 +1373,8 @@ def main() -> None:
             mixed_precision()
         if args.only in (None, "startup"):
             startup(folder)
+        if args.only in (None, "fingerprint"):
+            fingerprint_cost(folder)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """guidedbp: guided backpropagation saliency maps for TensorFlow/Keras image classifiers.
 
 TensorFlow is imported only when an engine name is first used, so that
-``import guidedbp`` and ``guidedbp --help`` stay instant.
+``import guidedbp`` and ``guidedbp --help`` stay instant. The public submodules,
+:mod:`guidedbp.targets`, :mod:`guidedbp.plot` and :mod:`guidedbp.checks`, are attributes
+too, each imported on first use (none imports TensorFlow).
 
 >>> import guidedbp
 >>> guidedbp.METHODS[:3]
@@ -20,6 +22,7 @@ _LAZY = {
     "Explanation": "guidedbp.engine.explainer",
     "Caveat": "guidedbp.caveats",
     "NoReluWarning": "guidedbp.engine.explainer",
+    "ValueOutputWarning": "guidedbp.engine.explainer",
     "Report": "guidedbp.engine",
     "reference_saliency": "guidedbp.engine.reference",
     "MethodOptions": "guidedbp.engine.options",
@@ -36,7 +39,10 @@ _LAZY = {
     "ModelLoadError": "guidedbp.errors",
 }
 
-__all__ = ["METHODS", "__version__", *_LAZY]
+#: Public submodules, imported when first read as ``guidedbp.NAME``.
+_SUBMODULES = ("targets", "plot", "checks")
+
+__all__ = ["METHODS", "__version__", *_LAZY, *_SUBMODULES]
 
 
 def __getattr__(name: str):
@@ -44,8 +50,12 @@ def __getattr__(name: str):
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")  # sets the attribute too
     raise AttributeError(f"module 'guidedbp' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

@@ -30,13 +30,20 @@ __all__ = [
     "NO_GUIDED_ACTIVATION",
     "NO_RESCALING",
     "EMPTY_REGION",
+    "MIXED_PRECISION_DRIFT",
+    "NON_FINITE_SCORE",
     "SCORECAM_CAPPED",
+    "UNGUIDED_ACTIVATION",
     "UNTRAINED_WEIGHTS",
     "Caveat",
+    "constant_map",
     "empty_region",
+    "mixed_precision_drift",
     "negligible_map",
+    "non_finite_score",
     "no_guided_activation",
     "scorecam_capped",
+    "unguided_activation",
     "unique",
 ]
 
@@ -46,9 +53,13 @@ NO_RESCALING = "no-rescaling"
 NEGLIGIBLE_MAP = "negligible-map"
 SCORECAM_CAPPED = "scorecam-capped"
 EMPTY_REGION = "empty-region"
+NON_FINITE_SCORE = "non-finite-score"
+UNGUIDED_ACTIVATION = "unguided-activation"
+MIXED_PRECISION_DRIFT = "mixed-precision-drift"
 #: Every caveat code, in the order they are listed.
 CODES = (UNTRAINED_WEIGHTS, NO_GUIDED_ACTIVATION, NO_RESCALING, NEGLIGIBLE_MAP, SCORECAM_CAPPED,
-         EMPTY_REGION)
+         EMPTY_REGION, NON_FINITE_SCORE, UNGUIDED_ACTIVATION,
+         MIXED_PRECISION_DRIFT)
 
 #: A gradient map is negligible when its whole first-order effect on the class score is
 #: below this: float32's resolution at 1 (2**-23), the scale of a logit that moves a
@@ -116,6 +127,38 @@ def no_guided_activation(method: str, guide: str = "all") -> Caveat:
     return Caveat(NO_GUIDED_ACTIVATION, f"{method} = {plain}: the model has {what}", method)
 
 
+def unguided_activation(method: str, counts: str) -> Caveat:
+    """``method``'s rule left activations in its scope (``counts``: ``"relu 1"``) with their
+    plain gradient: they sit inside functions the model calls that the rule cannot reach
+    (a nested ``tf.function``; any but a ReLU inside a loop or branch body).
+
+    >>> unguided_activation("guided", "sigmoid 2").text
+    "guided left sigmoid 2 with its plain gradient: inside a tf.while_loop or tf.cond body \
+or a nested tf.function, out of the rule's reach (the map mixes in the plain gradient there)"
+    """
+    return Caveat(UNGUIDED_ACTIVATION,
+                  f"{method} left {counts} with its plain gradient: inside a tf.while_loop or "
+                  "tf.cond body or a nested tf.function, out of the rule's reach (the map "
+                  "mixes in the plain gradient there)", method)
+
+
+def mixed_precision_drift(method: str, correlation: float, least: float,
+                          measured: str | None = None) -> Caveat:
+    """``method``'s maps in mixed precision correlate ``correlation`` (Pearson, on the
+    run's first image) with float32's, below the ``least`` promised; ``measured``: the
+    one-pass method whose maps were compared, where ``method`` averages such maps.
+
+    >>> mixed_precision_drift("vanilla", 0.9734, 0.99).text
+    "mixed precision moved the maps: they correlate 0.973 with float32's on this model's \
+first image (below 0.99); run in float32 for exact maps"
+    """
+    on = f" ({measured} maps, which it averages)" if measured else ""
+    return Caveat(MIXED_PRECISION_DRIFT,
+                  f"mixed precision moved the maps{on}: they correlate {correlation:.3f} with "
+                  f"float32's on this model's first image (below {least:g}); run in float32 "
+                  "for exact maps", method)
+
+
 def negligible_map(method: str, effect: float) -> Caveat:
     """``method``'s map moves the class score by ``effect`` at most, to first order:
     below :data:`NEGLIGIBLE_EFFECT`."""
@@ -126,6 +169,23 @@ def negligible_map(method: str, effect: float) -> Caveat:
                   f"negligible map: all of it moves the class score by {effect:.2g}, below "
                   f"float32 resolution ({NEGLIGIBLE_EFFECT:.2g}); its picture is near-zero "
                   "values scaled up", method)
+
+
+def constant_map(method: str, value: float | None) -> Caveat:
+    """``method``'s map holds the same value(s) at every pixel: ``value`` (``None`` when its
+    channels differ from one another), so it singles out no pixel. A :data:`NEGLIGIBLE_MAP`
+    caveat, with :func:`negligible_map`'s text when the map is all zero.
+
+    >>> constant_map("layercam", 0.0).text
+    'negligible map: it is all zero (flat in every render)'
+    >>> constant_map("gradcam", 0.25).text
+    'constant map: every pixel holds 0.25, so it singles out no pixel'
+    """
+    if value == 0.0:
+        return negligible_map(method, 0.0)
+    held = "the same values" if value is None else f"{value:.3g}"
+    return Caveat(NEGLIGIBLE_MAP, f"constant map: every pixel holds {held}, so it singles "
+                  "out no pixel", method)
 
 
 def scorecam_capped(kept: int, channels: int, method: str = "scorecam") -> Caveat:
@@ -140,3 +200,15 @@ def empty_region(label: str) -> Caveat:
     every map of it is all zero."""
     return Caveat(EMPTY_REGION, f"{label} is empty: no pixel of the output is in the "
                   "region, so its score is 0 and its maps are zero")
+
+
+def non_finite_score(what: str, value: float) -> Caveat:
+    """A target's score or probability (``what``: ``"class:3's score"``) that is ``value``,
+    infinite or NaN: the model's output overflowed, and maps of it mean nothing.
+
+    >>> non_finite_score("unit:0's score", float("inf")).text
+    "unit:0's score (inf) is not finite: the model's output overflows on this image, so its \
+maps mean nothing"
+    """
+    return Caveat(NON_FINITE_SCORE, f"{what} ({float(value)}) is not finite: the model's output "
+                  "overflows on this image, so its maps mean nothing")

@@ -15,6 +15,7 @@ import pytest
 import guidedbp
 from guidedbp import Explainer
 from guidedbp.errors import ArgumentError
+from guidedbp.targets import Unit
 
 from .helpers import run_cli
 
@@ -25,8 +26,8 @@ SMALL = {"grid": 2, "masks": 64, "samples": 12, "designs": 8}
 
 
 def linear_model(weights: np.ndarray) -> keras.Model:
-    """``(8, 8, 1)`` -> ``logit_c = sum(weights[..., c] * x)``; one logit ``z`` is read as
-    two classes, ``-z`` and ``z``: explain class 1."""
+    """``(8, 8, 1)`` -> ``logit_c = sum(weights[..., c] * x)``; one unit with no head is a
+    value, not a class: explain it as ``Unit(0)``."""
     inputs = keras.Input((8, 8, 1))
     dense = keras.layers.Dense(weights.shape[-1], use_bias=False)
     model = keras.Model(inputs, dense(keras.layers.Flatten()(inputs)))
@@ -119,7 +120,8 @@ def test_lime_ranks_a_linear_models_superpixels_with_their_signs():
     weights = np.zeros((8, 8, 1, 1), np.float32)
     weights[:4, :4], weights[:4, 4:], weights[4:, :4] = 1.0, -0.5, 0.25  # 4th: nothing
     image = np.ones((1, 8, 8, 1), np.float32)
-    maps = Explainer(linear_model(weights), "lime", grid=2, samples=200, fill=0.0)(image, 1)
+    maps = Explainer(linear_model(weights), "lime", grid=2, samples=200, fill=0.0)(image,
+                                                                                 Unit(0))
     coefficients = per_cell(maps[0], 2).reshape(-1)
     contributions = np.array([16.0, -8.0, 4.0, 0.0])  # sum over each cell of W * (x - 0)
     np.testing.assert_array_equal(np.argsort(coefficients), np.argsort(contributions))
@@ -136,7 +138,8 @@ def test_sobol_ranks_an_additive_models_cells_and_gives_zero_to_the_others():
     weights = np.zeros((8, 8, 1, 1), np.float32)
     weights[:4, :4], weights[4:, 4:], weights[:4, 4:] = 1.0, -0.5, 0.25  # (1, 0) does nothing
     image = np.ones((1, 8, 8, 1), np.float32)
-    maps = Explainer(linear_model(weights), "sobol", grid=2, designs=32, fill=0.0)(image, 1)
+    maps = Explainer(linear_model(weights), "sobol", grid=2, designs=32, fill=0.0)(image,
+                                                                                  Unit(0))
     indices = per_cell(maps[0], 2).reshape(-1)
     assert indices[2] == 0  # the score never moves with that cell's mask
     assert indices[0] > indices[3] > indices[1] > 0
@@ -153,7 +156,8 @@ def test_rise_points_at_the_only_region_that_moves_the_score():
     weights = np.zeros((8, 8, 1, 1), np.float32)
     weights[5:7, 1:3] = 1.0
     image = np.ones((1, 8, 8, 1), np.float32)
-    maps = Explainer(linear_model(weights), "rise", grid=4, masks=500, fill=0.0)(image, 1)
+    maps = Explainer(linear_model(weights), "rise", grid=4, masks=500, fill=0.0)(image,
+                                                                                Unit(0))
     saliency = maps[0, ..., 0]
     row, column = np.unravel_index(np.argmax(saliency), saliency.shape)
     assert 5 <= row <= 6 and 1 <= column <= 2
@@ -167,7 +171,8 @@ def test_rise_is_zero_for_a_constant_score_and_blind_to_an_offset():
     inputs = keras.Input((8, 8, 1))
     constant = keras.layers.Dense(1, kernel_initializer="zeros", bias_initializer="ones")
     model = keras.Model(inputs, constant(keras.layers.Flatten()(inputs)))
-    maps = Explainer(model, "rise", grid=2, masks=200, keep_probability=0.25)(IMAGES[:1])
+    maps = Explainer(model, "rise", grid=2, masks=200, keep_probability=0.25)(IMAGES[:1],
+                                                                              Unit(0))
     np.testing.assert_allclose(maps, 0.0, atol=1e-6)
 
     weights = WEIGHTS[..., :1]
@@ -175,8 +180,9 @@ def test_rise_is_zero_for_a_constant_score_and_blind_to_an_offset():
     shifted = keras.layers.Dense(1, use_bias=True)
     model = keras.Model(inputs, shifted(keras.layers.Flatten()(inputs)))
     shifted.set_weights([weights.reshape(64, 1), np.array([100.0], np.float32)])
-    offset = Explainer(model, "rise", grid=2, masks=64, fill=0.0)(IMAGES, 1)
-    plain = Explainer(linear_model(weights), "rise", grid=2, masks=64, fill=0.0)(IMAGES, 1)
+    offset = Explainer(model, "rise", grid=2, masks=64, fill=0.0)(IMAGES, Unit(0))
+    plain = Explainer(linear_model(weights), "rise", grid=2, masks=64, fill=0.0)(IMAGES,
+                                                                                 Unit(0))
     assert np.ptp(plain) > 1
     np.testing.assert_allclose(offset, plain, atol=2e-4)
 

@@ -150,7 +150,7 @@ def test_both_kinds_of_metric_together_and_their_tables(setup):
     top = json.loads(evaluate(setup, "--metric", "pointing,deletion", "--method", "guided",
                               "--tolerance", "2", "--baseline", "black", "--steps", "4").stdout)
     assert [set(row) for row in top["results"]] == [
-        {"method", "class", "n", "pointing_game"}] * 2  # no energy: not asked
+        {"method", "class", "n", "constant", "pointing_game"}] * 2  # no energy: not asked
     assert top["results"][-1]["pointing_game"] == 0.5
     assert top["faithfulness"]["methods"]["guided"]["deletion"]["mean_auc"] == 0.1875
     result = run_cli("evaluate", setup / "m.keras", setup / "images", "--masks", setup / "masks",

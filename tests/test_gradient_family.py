@@ -210,9 +210,10 @@ def test_without_noise_squaregrad_is_the_squared_gradient_and_vargrad_zero(model
     np.testing.assert_allclose(explanation.by_method["squaregrad"], vanilla**2, rtol=1e-5,
                                atol=1e-6 * (vanilla**2).max())
     np.testing.assert_array_equal(explanation.by_method["vargrad"], 0)
-    # A variance is not in the score's units: no "negligible map" caveat is drawn from it.
-    assert not [caveat for caveats in explanation.caveats for caveat in caveats
-                if caveat.method == "vargrad"]
+    # A variance is not in the score's units, but a zero map says so (issue 33).
+    assert [[(caveat.code, caveat.text) for caveat in caveats if caveat.method == "vargrad"]
+            for caveats in explanation.caveats] == [
+        [("negligible-map", "negligible map: it is all zero (flat in every render)")]] * 3
 
 
 def test_top_k_classes_share_the_copies(model, images):

@@ -94,12 +94,15 @@ def inspect_outputs(path, *args) -> list[str]:
 
 
 def test_a_regressor(models):
+    # One unit with no sigmoid or softmax is a value, not a class (a binary classifier's
+    # single logit has a sigmoid head: tests/test_target_checks.py).
     info = inspect_json(models / "regressor.keras")
     assert info["outputs"] == [{"name": "age", "shape": [None, 1], "head": None,
-                                "targets": ["unit", "class", "score"]}]
-    assert info["notes"] == []
+                                "targets": ["unit", "score"]}]
+    assert (info["notes"], info["default_target"]) == ([], "unit:0")
     assert inspect_outputs(models / "regressor.keras") == [
-        f"age (batch, 1), no head: unit (regression) / class (binary), {SCORE}"]
+        f"age (batch, 1), no head: unit (a value: no sigmoid or softmax, so no class), "
+        f"{SCORE}"]
 
 
 def test_two_named_outputs(models):

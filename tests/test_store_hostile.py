@@ -599,9 +599,11 @@ def _bad_url_case(case: str, root: str, image: Path) -> tuple[str, str, list[str
     good_in, good_out = f"{root}/in", f"{root}/maps"
     if case == "out-bucket":
         return good_in, "s3://no-such-bucket-guidedbp/maps", [
-            "no bucket 's3://no-such-bucket-guidedbp'"]
+            "the bucket 's3://no-such-bucket-guidedbp' does not exist"]
     if case == "in-bucket":
-        return "s3://no-such-bucket-guidedbp/in", good_out, ["s3://no-such-bucket-guidedbp/in"]
+        return "s3://no-such-bucket-guidedbp/in", good_out, [
+            "s3://no-such-bucket-guidedbp/in", "the bucket 's3://no-such-bucket-guidedbp' "
+            "does not exist"]
     if case == "empty-prefix":
         return f"{root}/nothing/", good_out, [f"{root}/nothing/", "not found"]
     if case == "missing-object":

@@ -486,7 +486,7 @@ def test_class_without_output_on_two_heads_is_refused(two_heads, target):
 
 
 def test_score_function_of_the_wrong_shape_is_refused(regressor):
-    _error(lambda: regressor.explain(lambda out: out), "score function", "3)")
+    _error(lambda: regressor.explain(lambda out: out), "Score function", "3)")
 
 
 @pytest.mark.parametrize("form", ["list", "dict"])

@@ -20,7 +20,7 @@ from guidedbp.curves import positive_int
 from guidedbp.errors import ArgumentError
 
 __all__ = ["Predict", "as_choice", "as_classes", "as_images", "as_maps", "class_scores",
-           "finite_mean", "pixel_magnitudes", "seeded"]
+           "constant_maps", "finite_mean", "pixel_magnitudes", "seeded"]
 
 #: A model as the metrics see it: ``(n, H, W, C)`` float32 inputs -> ``(n, classes)``
 #: scores (logits or probabilities, as the metric says).
@@ -91,6 +91,29 @@ def pixel_magnitudes(maps: np.ndarray) -> np.ndarray:
     quantity the renders show and the games rank by (a 3-channel and a 1-channel map of
     the same image then count the same pixels)."""
     return np.max(np.abs(np.asarray(maps, np.float64)), axis=-1)
+
+
+def constant_maps(maps) -> np.ndarray:
+    """Whether each map is constant as the metrics read it: its per-pixel magnitude
+    ``max_c |map|`` (:func:`pixel_magnitudes`) takes one value over the whole map
+    (``max == min``), an all-zero map included. Such a map singles out no pixel: its
+    maximum is pixel (0, 0) by convention, its ranking of the pixels is row-major order,
+    its energy share is the mask's area, its ratios are 0/0.
+
+    Args:
+        maps: Real ``(N, H, W, C)``.
+
+    Returns:
+        Bool ``(N,)``.
+
+    >>> constant_maps(np.array([[[[0.0]]], [[[2.0]]]]) * np.ones((2, 2, 3, 1))).tolist()
+    [True, True]
+    >>> constant_maps(np.array([[[[1.0], [-1.0]]], [[[1.0], [0.5]]]])).tolist()
+    [True, False]
+    """
+    magnitudes = pixel_magnitudes(maps)
+    flat = magnitudes.reshape(len(magnitudes), -1)
+    return flat.max(axis=1) == flat.min(axis=1)
 
 
 def class_scores(predict: Predict, inputs: np.ndarray, classes: np.ndarray,

@@ -152,7 +152,8 @@ def check_self_test(session: CheckSession) -> CheckResult:
             "reference_saliency gates like any Relu: it is no reference for this model")
     from guidedbp.engine import RELU_OPS
 
-    if set(RELU_OPS) & getattr(session.loaded.model, "function_op_types", set()):
+    if report.guided_in_functions or set(RELU_OPS) & getattr(
+            session.loaded.model, "function_op_types", set()):
         return CheckResult(
             "self-test", SKIP,
             "the model has ReLUs inside tf.cond branches or tf.while_loop bodies, which "

@@ -159,7 +159,8 @@ def plan_check_target(loaded, spec, model_output, image_shape: tuple) -> CheckTa
 
     Returns:
         ``None`` when neither is given (each image's top class, as ever), else the
-        :class:`CheckTarget`.
+        :class:`CheckTarget`; ``unit:0`` when neither is given and the output is one unit
+        with no sigmoid or softmax head (a value, not a class).
 
     Raises:
         ArgumentError: One line for a target that cannot fit the output (a class on a
@@ -167,9 +168,16 @@ def plan_check_target(loaded, spec, model_output, image_shape: tuple) -> CheckTa
             unreadable reference image.
     """
     wanted = ClassOptions(targets=() if spec is None else (spec,), model_output=model_output)
-    outputs = tuple(ModelOutput(output.name, index, output.shape) for index, output
-                    in enumerate(model_outputs(loaded.model, image_shape)))
-    plan = plan_targets(wanted, outputs, loaded.labels)
+    found = model_outputs(loaded.model, image_shape)
+    outputs = tuple(ModelOutput(output.name, index, output.shape)
+                    for index, output in enumerate(found))
+    read = [output for index, output in enumerate(found)
+            if (len(found) == 1 if model_output is None else model_output in (output.name, index))]
+    # One unit with no sigmoid or softmax: a value, checked as unit:0 (explain's rule).
+    value = len(read) == 1 and tuple(read[0].shape[1:]) == (1,) and read[0].head is None
+    if spec is None and model_output is None and not value:
+        return None  # each image's top class, as ever
+    plan = plan_targets(wanted, outputs, loaded.labels, value)
     if plan is None:
         return None
     planned = plan.targets[0] if plan.targets else None

@@ -304,12 +304,11 @@ def _images(loaded, items, options):
 
 def _plan_target(loaded, images, options: dict):
     """The run's :class:`~guidedbp.checks.targets.CheckTarget` (``None`` without
-    --target and --model-output); one line, exit 2, for one that cannot fit the model."""
+    --target and --model-output, but for a one-unit output with no sigmoid or softmax:
+    unit:0); one line, exit 2, for one that cannot fit the model."""
     from guidedbp.checks.targets import plan_check_target
     from guidedbp.errors import ArgumentError
 
-    if options["targets"] is None and options["model_output"] is None:
-        return None  # each image's top class, as ever
     decoded = [image.pixels.shape for image in images if image.pixels is not None]
     image_shape = decoded[0] if decoded else loaded.input_shape
     try:

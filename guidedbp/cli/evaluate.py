@@ -6,14 +6,14 @@ robustness, complexity, randomisation; :mod:`guidedbp.cli.evaluate_metrics`)."""
 from __future__ import annotations
 
 import functools
-import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import click
 import numpy as np
 
+from guidedbp._json import dumps as strict_json
 from guidedbp.checks.faithfulness import (
     BASELINES,
     BLUR_SIGMA,
@@ -158,6 +158,12 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     Classes are the true labels with --shapes, else the model's top-1 predictions.
 
     \b
+    A constant map (max_c |map| the same at every pixel, e.g. all zero) singles
+    out no pixel: no metric scores it ('-' where a method has no other map), and
+    the table names how many each method gave; an image whose mask has no pixel
+    is left out of pointing and energy (not a miss) and named.
+
+    \b
     A segmentation model (output (batch, H', W', classes), e.g. demo-seg) is
     evaluated on --shapes: each map explains its shape's region (the class's
     logits over the mask), and the energy table gains the share within the
@@ -222,9 +228,12 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
         from guidedbp.cli.evaluate_regions import measure_segmentation
 
         scored, extra = measure_segmentation(loaded, explainer, samples, tolerance, options)
-        measured = Measured(scored, {}, None)
+        measured = Measured(scored, {}, None,
+                            {m: [s.constant for s in found] for m, found in scored.items()})
     else:
         measured = measure(loaded, explainer, samples, settings, options, progress)
+    from guidedbp.cli.evaluate_records import faithfulness_record, mask_rows, not_scored
+
     result = {
         "model": model,
         "data": (f"{shapes} synthetic shapes, seed {seed}"
@@ -236,21 +245,22 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     }
     if settings.masked:
         result["tolerance"] = tolerance
-        result["results"] = mask_rows(measured.scored, loaded.labels, settings)
+        result["results"] = mask_rows(measured.scored, loaded.labels, settings.masked)
     result.update(extra)
     if settings.games:
         result["faithfulness"] = faithfulness_record(measured, samples, loaded.labels)
     if measured.families is not None:
         from guidedbp.cli.evaluate_metrics import family_record
 
-        result["scores"] = family_record(measured.families)
+        result["scores"] = family_record(measured.families, measured.constant)
     if costs:
         result["costs"] = _costs(loaded, samples, methods, batch_size, options, guide,
                                  precision)
+    result.update(not_scored(measured, samples, bool(settings.masked)))
     if plot_curves is not None:
         write_curves(plot_curves, result["faithfulness"], samples)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(strict_json(result, indent=2))  # NaN (no region found) as null
     else:
         click.echo(format_table(result))
 
@@ -302,23 +312,29 @@ class Settings:
 
 @dataclass(frozen=True)
 class Measured:
-    """Every image's mask scores per method (empty lists without mask metrics), each
-    method's :class:`~guidedbp.checks.faithfulness.Faithfulness` (none without games) and
-    the metric families' scores (None when none was asked)."""
+    """Every image's mask scores per method (empty lists without mask metrics; an image
+    whose mask has no pixel has none), each method's
+    :class:`~guidedbp.checks.faithfulness.Faithfulness` (none without games), the metric
+    families' scores (None when none was asked), per method whether each image's map is
+    constant (:func:`~guidedbp.checks.metrics_arrays.constant_maps`: no metric scores it)
+    and the names of the images whose mask has no pixel."""
 
     scored: dict
     faithfulness: dict
     families: FamilyScores | None = None
+    constant: dict = field(default_factory=dict)
+    unmasked: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Scored:
-    """One map's localisation scores."""
+    """One map's localisation scores; a ``constant`` map's are not counted."""
 
     target: int
     hit: bool
     energy: float
     other_hit: bool | None
+    constant: bool = False
 
 
 def _synthetic(count: int, seed: int, distractors: bool, explain_distractor: bool = False):
@@ -408,7 +424,10 @@ def measure(loaded, explainer, samples: list, settings: Settings, options: dict,
             progress: Progress | None = None) -> Measured:
     """Explain the samples a batch at a time; score each map against its mask and play
     the deletion and insertion games with it, as ``settings`` asks; ``progress`` advances
-    by each batch's images once they are measured."""
+    by each batch's images once they are measured. Each map is marked constant or not
+    (the records leave constant maps out of every score) and an image whose mask has no
+    pixel gets no mask score (it is named instead)."""
+    from guidedbp.checks.metrics_arrays import constant_maps
     from guidedbp.cli.evaluate_metrics import FamilyScores
     from guidedbp.demo.metrics import energy_inside, pointing_game
     from guidedbp.models.preprocess import prepare
@@ -416,6 +435,8 @@ def measure(loaded, explainer, samples: list, settings: Settings, options: dict,
 
     scored: dict[str, list] = {m: [] for m in explainer.methods}
     parts: dict[str, list] = {m: [] for m in explainer.methods}
+    constant: dict[str, list[bool]] = {m: [] for m in explainer.methods}
+    unmasked: list[str] = []
     pixel_to_input = functools.partial(pixels_to, mode=loaded.preprocess)
     families = FamilyScores(settings.families, settings.seed) if settings.families else None
 
@@ -441,19 +462,24 @@ def measure(loaded, explainer, samples: list, settings: Settings, options: dict,
             families.measure(explainer, explanation,
                              np.stack([fitted for fitted, _, _ in prepared]).astype(np.float32),
                              inputs, pixel_to_input)
+        if settings.masked:
+            unmasked += [sample.name for sample in chunk if not sample.mask.any()]
         for method, maps in explanation.by_method.items():
+            flat = constant_maps(maps)  # as every metric reads it, at the model's input size
             if settings.games:
                 parts[method].append(deletion_insertion(
                     probabilities, [fitted for fitted, _, _ in prepared], maps,
                     explanation.targets, steps=settings.steps, baseline=settings.baseline,
                     pixel_to_input=pixel_to_input, batch_size=explainer.batch_size,
                     which=settings.games))
-            if not settings.masked:
-                continue
-            for index, sample in enumerate(chunk):
+            for index, sample in enumerate(chunk if settings.masked else ()):
                 placement = prepared[index][1]
                 magnitude = np.abs(placement.to_original(maps[index], max_side=None)
                                    ).max(axis=-1)[None]  # the mask's own size
+                # Constant here too where the map's contrast was all in the padding.
+                flat[index] |= bool(magnitude.max() == magnitude.min())
+                if not sample.mask.any():
+                    continue  # no pixel to point at: counted, not a miss
                 other = sample.other_mask
                 scored[method].append(Scored(
                     target=int(explanation.targets[index]),
@@ -461,62 +487,13 @@ def measure(loaded, explainer, samples: list, settings: Settings, options: dict,
                     energy=float(energy_inside(magnitude, sample.mask[None])[0]),
                     other_hit=None if other is None
                     else bool(pointing_game(magnitude, other[None], settings.tolerance)[0]),
+                    constant=bool(flat[index]),
                 ))
+            constant[method] += flat.tolist()
         if progress is not None:
             for _ in chunk:
                 progress.advance()
     if progress is not None:
         progress.close()
     faithfulness = {m: join(found) for m, found in parts.items() if found}
-    return Measured(scored, faithfulness, families)
-
-
-def _class_name(labels, target: int) -> str:
-    return labels[target] if labels and target < len(labels) else str(target)
-
-
-def mask_rows(scored: dict, labels, settings: Settings) -> list[dict]:
-    """Per method and class (then overall): n and the mask metrics asked."""
-    rows = []
-    for method, scores in scored.items():
-        classes = sorted({s.target for s in scores})
-        for key in [*classes, None]:
-            chosen = [s for s in scores if key is None or s.target == key]
-            row = {"method": method,
-                   "class": "overall" if key is None else _class_name(labels, key),
-                   "n": len(chosen)}
-            if "pointing" in settings.masked:
-                row["pointing_game"] = round(float(np.mean([s.hit for s in chosen])), 4)
-            if "energy" in settings.masked:
-                row["energy_inside"] = round(float(np.mean([s.energy for s in chosen])), 4)
-                if getattr(chosen[0], "energy_reach", None) is not None:
-                    row["energy_within_reach"] = round(
-                        float(np.mean([s.energy_reach for s in chosen])), 4)
-            if chosen[0].other_hit is not None and "pointing" in settings.masked:
-                row["pointing_game_other"] = round(
-                    float(np.mean([s.other_hit for s in chosen])), 4)
-            rows.append(row)
-    return rows
-
-
-def faithfulness_record(measured: Measured, samples: list, labels) -> dict:
-    """The games' JSON: settings, each image and its class, then per method and game the
-    mean AUC, each image's AUC and each image's curve (6 decimals)."""
-    results = measured.faithfulness
-    first = next(iter(results.values()))
-    record = {"steps": first.steps, "baseline": first.baseline}
-    if first.baseline == "blur":
-        record["blur_sigma"] = f"{BLUR_SIGMA:g} x the shorter side"
-    record["fractions"] = [round(float(x), 6) for x in first.fractions]
-    record["images"] = [{"image": sample.name, "target": int(target),
-                         "class": _class_name(labels, int(target))}
-                        for sample, target in zip(samples, first.classes)]
-    record["methods"] = {
-        method: {game: {"mean_auc": round(curves.mean_auc, 6),
-                        "auc": [round(float(value), 6) for value in curves.aucs],
-                        "curves": [[round(float(value), 6) for value in curve]
-                                   for curve in curves.curves]}
-                 for game, curves in result.games.items()}
-        for method, result in results.items()
-    }
-    return record
+    return Measured(scored, faithfulness, families, constant, unmasked)

@@ -121,10 +121,18 @@ def _number(value: float, digits: int = 6) -> float | None:
     return round(float(value), digits) if np.isfinite(value) else None
 
 
-def family_record(scores: FamilyScores) -> dict:
+def family_record(scores: FamilyScores, constant: dict | None = None) -> dict:
     """The metric families' JSON: settings, then per metric (in :data:`METRIC_NAMES`
     order) its family, direction, reference and per method the mean and each image's
-    value (6 decimals; null where not finite: the mean is then over the finite ones)."""
+    value (6 decimals; null where not finite, and where ``constant[method]`` says the
+    image's map is constant: the mean is then over the others, null where none is left).
+
+    A constant map (:func:`~guidedbp.checks.metrics_arrays.constant_maps`) gets no value
+    from any family: it has no ranking of pixels for the faithfulness metrics, its
+    sensitivity ratio is 0/0 (or trivially 0: a zero map stays zero under noise, the best
+    value there is), its sparseness and complexity are conventions, and its similarity
+    to another class's map is that of two flat maps."""
+    constant = constant or {}
     record: dict = {"seed": scores.seed, "images": scores.images, "settings": {}}
     asked = set(scores.names)
     if "mufidelity" in asked:
@@ -148,6 +156,8 @@ def family_record(scores: FamilyScores) -> dict:
         entry = {"family": info.family, "direction": info.direction,
                  "definition": info.summary, "reference": info.reference, "methods": {}}
         for method, values in scores.values.get(name, {}).items():
+            flags = constant.get(method) or [False] * len(values)
+            values = [float("nan") if flat else value for value, flat in zip(values, flags)]
             entry["methods"][method] = {"mean": _number(finite_mean(values)),
                                         "values": [_number(value) for value in values]}
             if name in scores.curves:

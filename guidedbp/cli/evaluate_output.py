@@ -38,8 +38,12 @@ def write_curves(folder: str, record: dict, samples: list) -> None:
 
     for index, (sample, image) in enumerate(zip(samples, record["images"])):
         for game in next(iter(record["methods"].values())):
+            # A constant map's curve (its pixels in row-major order) is left out.
             curves = {method: np.array(games[game]["curves"][index])
-                      for method, games in record["methods"].items()}
+                      for method, games in record["methods"].items()
+                      if games[game]["auc"][index] is not None}
+            if not curves:
+                continue
             title = f"{sample.name}: {image['class']} (class {image['target']})"
             if len(title) > 70:
                 title = "..." + title[-67:]
@@ -67,7 +71,7 @@ def format_table(result: dict) -> str:
     if "scores" in result:  # the metric families: one ranking of every metric and the costs
         from guidedbp.cli.evaluate_metrics import ranking_table
 
-        return "\n".join(lines + ranking_table(result))
+        return "\n".join(lines + ranking_table(result) + _not_scored(result))
     if "costs" in result:
         costs = result["costs"]
         width = max(10, *(len(m) + 2 for m in costs["relative"]))
@@ -75,11 +79,33 @@ def format_table(result: dict) -> str:
                       f"one batch of {costs['images']}, median of {costs['rounds']} runs)",
                   "".join(f"{m:>{width}}" for m in costs["relative"]),
                   "".join(f"{v:>{width}.2f}" for v in costs["relative"].values())]
-    return "\n".join(lines)
+    return "\n".join(lines + _not_scored(result))
+
+
+def _cell(value, width: int) -> str:
+    """A score right-aligned to 3 decimals; ``-`` for none (no map left to score: they
+    were all constant)."""
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.3f}"
+
+
+_MOST_NAMES = 5  # images named in a line of what was not scored
+
+
+def _not_scored(result: dict) -> list[str]:
+    """A line per method with constant maps, then one for the masks with no pixel."""
+    lines = [f"{caveat['method']}: {caveat['text']}" for caveat in result.get("caveats", ())]
+    empty = result.get("empty_masks", [])
+    if empty:
+        named = ", ".join(empty[:_MOST_NAMES]) + (", ..." if len(empty) > _MOST_NAMES else "")
+        lines.append(f"{len(empty)} image{'s' if len(empty) > 1 else ''} without a mask "
+                     f"pixel, not scored: {named}")
+    return ["", *lines] if lines else []
 
 
 def _mask_tables(result: dict) -> list[str]:
     rows = result["results"]
+    if not rows:
+        return ["", "no mask has a pixel: nothing scored against the masks"]
     methods = list(dict.fromkeys(r["method"] for r in rows))
     classes = list(dict.fromkeys(r["class"] for r in rows))
     cell = {(r["method"], r["class"]): r for r in rows}
@@ -97,7 +123,7 @@ def _mask_tables(result: dict) -> list[str]:
         for name in classes:
             count = cell[(methods[0], name)]["n"] if (methods[0], name) in cell else 0
             values = "".join(
-                f"{cell[(m, name)][key]:>{width}.3f}" if (m, name) in cell else " " * width
+                _cell(cell[(m, name)][key], width) if (m, name) in cell else " " * width
                 for m in methods
             )
             lines.append(f"{name:<12}{count:>6}{values}")
@@ -136,7 +162,7 @@ def _game_tables(record: dict) -> list[str]:
         else:
             for index, name in enumerate(names):
                 lines.append(f"{name:<{column}}" + "".join(
-                    f"{methods[m][game]['auc'][index]:>{width}.3f}" for m in methods))
+                    _cell(methods[m][game]["auc"][index], width) for m in methods))
         lines.append(f"{'mean':<{column}}" + "".join(
-            f"{methods[m][game]['mean_auc']:>{width}.3f}" for m in methods))
+            _cell(methods[m][game]["mean_auc"], width) for m in methods))
     return lines

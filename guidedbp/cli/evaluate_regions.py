@@ -14,13 +14,15 @@ from guidedbp.cli.common import UsageFailure
 @dataclass(frozen=True)
 class RegionScored:
     """One region map's scores: as the classifier's, plus the share of its energy within
-    :attr:`Geometry.reach` pixels of the mask (None where the reach is unknown)."""
+    :attr:`Geometry.reach` pixels of the mask (None where the reach is unknown); a
+    ``constant`` map's are not counted."""
 
     target: int
     hit: bool
     energy: float
     other_hit: bool | None
     energy_reach: float | None
+    constant: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ def measure_regions(loaded, explainer, samples: list, tolerance: float, options:
         ``(scored, matrix)``: per method a list of :class:`RegionScored` in sample order,
         and the confusion matrix of the model's per-pixel argmax (rows the truth).
     """
+    from guidedbp.checks.metrics_arrays import constant_maps
     from guidedbp.demo.metrics import energy_inside, energy_inside_dilated, pointing_game
     from guidedbp.demo.segmentation import confusion
     from guidedbp.models.preprocess import prepare
@@ -129,6 +132,8 @@ def measure_regions(loaded, explainer, samples: list, tolerance: float, options:
                     placement = prepared[index - start][1]
                     magnitude = np.abs(placement.to_original(maps[row], max_side=None)
                                        ).max(axis=-1)[None]
+                    flat = magnitude.max() == magnitude.min() or bool(
+                        constant_maps(maps[row][None])[0])  # as the classifier's
                     mask, other = sample.mask[None], sample.other_mask
                     scored[method][index] = RegionScored(
                         target=int(region_class),
@@ -138,6 +143,7 @@ def measure_regions(loaded, explainer, samples: list, tolerance: float, options:
                         else bool(pointing_game(magnitude, other[None], tolerance)[0]),
                         energy_reach=None if geometry.reach is None
                         else float(energy_inside_dilated(magnitude, mask, geometry.reach)[0]),
+                        constant=bool(flat),
                     )
     return scored, matrix
 

@@ -42,6 +42,7 @@ from guidedbp.engine.options import (
     UPSAMPLING,
     BlackBoxOptions,
 )
+from guidedbp.io.made_by import REASONS
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, MAX_CLASSES, MAX_DPI, MIN_DPI, RunOptions
 from guidedbp.pipeline.preflight import hidden_phrase
 from guidedbp.plot import FIGURE_FORMATS
@@ -271,15 +272,20 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
 
 
 def print_summary(summary, quiet: bool = False) -> None:
-    """The run's one-line summary (with ``quiet``, only if it was interrupted) and its
-    failures, on stderr."""
-    if not quiet or summary.interrupted:
+    """The run's one-line summary (with ``quiet``, only if it was interrupted), the objects
+    it skipped with their reasons (without ``quiet``) and its failures, on stderr."""
+    shown = not quiet or summary.interrupted
+    if shown:
         working = max(summary.seconds - summary.loading, 1e-9)
         parts = [f"{summary.done} explained"]
         if summary.skipped:
             parts.append(f"{summary.skipped} skipped (outputs exist)")
         if summary.failures:
             parts.append(f"{len(summary.failures)} failed")
+        if summary.recomputed:
+            parts.append(recomputed_phrase(summary.recomputed))
+        if summary.unusable:
+            parts.append(f"{plural(len(summary.unusable), 'object')} skipped (see below)")
         if summary.passed_over:
             parts.append(f"{plural(summary.passed_over, 'other file')} passed over")
         if summary.hidden:
@@ -289,9 +295,27 @@ def print_summary(summary, quiet: bool = False) -> None:
             if summary.report else f"maps and {summary.manifest}"
         click.echo(f"{state}{', '.join(parts)} in {summary.seconds:.1f} s ("
                    f"{summary.loading:.1f} s loading the model, {summary.done / working:.1f} "
-                   f"images/s); {written} in {summary.output}/", err=True)
+                   f"images/s); {written} in {summary.output.rstrip('/')}/", err=True)
+    for path, reason in summary.unusable[:20] if shown else ():
+        click.echo(f"  skipped: {path}: {reason}", err=True)
+    if shown and len(summary.unusable) > 20:
+        click.echo(f"  ... and {len(summary.unusable) - 20} more (see {summary.manifest})",
+                   err=True)
     for path, reason in summary.failures[:20]:
         click.echo(f"  failed: {path}: {reason}", err=True)
     if len(summary.failures) > 20:
         click.echo(f"  ... and {len(summary.failures) - 20} more (see {summary.manifest})",
                    err=True)
+
+
+def recomputed_phrase(recomputed: dict[str, int]) -> str:
+    """``N recomputed (why)`` for a resumed run's earlier records that no longer describe
+    its maps, by reason, the most frequent first: ``4 recomputed (made by another model)``,
+    ``5 recomputed (4 made by another model, 1 written before fingerprints)``."""
+    order = list(REASONS)
+    counted = sorted(recomputed.items(), key=lambda pair: (
+        -pair[1], order.index(pair[0]) if pair[0] in order else len(order)))
+    if len(counted) == 1:
+        return f"{counted[0][1]} recomputed ({REASONS.get(counted[0][0], counted[0][0])})"
+    reasons = ", ".join(f"{count} {REASONS.get(code, code)}" for code, count in counted)
+    return f"{sum(recomputed.values())} recomputed ({reasons})"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 
 import click
 
+from guidedbp._json import dumps as strict_json
 from guidedbp.cli.common import (
     as_flags,
     errors_handled,
@@ -47,7 +47,7 @@ def inspect_command(model: str, as_json: bool, all_classes: bool, **options) -> 
     with contextlib.redirect_stdout(sys.stderr):
         info = describe(model, options)
     if as_json:
-        click.echo(json.dumps(info, indent=2))
+        click.echo(strict_json(info, indent=2))
         return
     click.echo(format_description(info, all_classes=all_classes))
 
@@ -64,7 +64,9 @@ def describe(spec: str, options: dict) -> dict:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NoReluWarning)  # reported below, not warned
-        report = Explainer(loaded, "guided").report
+        explainer = Explainer(loaded, "guided")
+        report = explainer.report
+        value = explainer.reads_a_value()  # one unit, no sigmoid or softmax: not a class
     size = options.get("size")
     height, width, channels = loaded.input_shape
     if height is None or width is None:
@@ -97,12 +99,16 @@ def describe(spec: str, options: dict) -> dict:
         "outputs": [output.as_dict() for output in outputs],
         "classes": report.num_classes,
         "head_bypassed": report.head,
+        # What explain reads with no --target: each image's top class, the value of a
+        # one-unit output with no sigmoid or softmax, or nothing (a target must be named).
+        "default_target": "unit:0" if value else "class" if report.num_classes else None,
         "preprocess": loaded.preprocess,
         "preprocess_source": as_flags(loaded.preprocess_source, ctx),
         "resize": fitting,
         "guide": report.guide,
         "guided_activations": report.guided_activations,
         "plain_activations": report.plain_activations,
+        "unreached_activations": report.unreached_activations,
         **({"cam_layers": cam_layers} if cam_layers else {}),
         "labels_source": loaded.labels_source,
         "labels": loaded.labels,
@@ -139,11 +145,22 @@ def format_description(info: dict, all_classes: bool = False) -> str:
             ("head", f"{head} bypassed: maps explain the logit" if head
              else "none: output is a logit"),
         ]
+    one_unit = [output["shape"] for output in info["outputs"]] == [[None, 1]]
+    if info.get("default_target") == "unit:0":
+        lines.append(("target", "unit:0 when none is given: one output unit with no sigmoid "
+                                "or softmax is a value, not a class"))
+    elif info.get("default_target") == "class" and one_unit:
+        lines.append(("target", f"the top class when none is given: a binary classifier (one "
+                                f"logit z behind a {head}: class 1 scores z, class 0 scores "
+                                "-z)"))
     lines += [
         ("preprocess", f"{info['preprocess']} ({info['preprocess_source']})"),
         ("resize", info["resize"]),
         ("guided", f"{counts(info['guided_activations'])} (--guide {info['guide']})"),
-        ("left alone", counts(info["plain_activations"])),
+        ("left alone", counts(info["plain_activations"]) + (
+            f" (inside functions, out of the rules' reach: "
+            f"{counts(info['unreached_activations'])})"
+            if info.get("unreached_activations") else "")),
     ]
     if "cam_layers" in info:  # a transformer's token layers, the --layer a CAM may take
         lines.append(("cam layers", "; ".join(

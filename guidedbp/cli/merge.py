@@ -18,10 +18,13 @@ def merge_command(output: str) -> None:
     Refuses (exit 2, one line naming the file and line) when a shard is missing or
     not a regular file, shards of different N are mixed, a name says N = 0 or K >= N,
     a line is not a UTF-8 JSON object with an "input", an input appears in two
-    shards, or OUT/manifest.jsonl is a file guidedbp did not write or a link (as
-    explain refuses it). N counts only as far as the shard files there are. Every
-    shard is checked before OUT/manifest.jsonl is replaced, whole, by a rename, so a
-    refused merge leaves it as it was; the shard manifests are always left in place.
+    shards, shards were made differently (by another model, with other options that
+    change the maps or pictures, or before records said what made them: explain the
+    odd shard again with --skip-existing), or OUT/manifest.jsonl is a file guidedbp
+    did not write or a link (as explain refuses it). N counts only as far as the
+    shard files there are. Every shard is checked before OUT/manifest.jsonl is
+    replaced, whole, by a rename, so a refused merge leaves it as it was; the shard
+    manifests are always left in place.
 
     Then OUT/index.html, the page that browses the run (see `guidedbp report`), is
     rebuilt from the merged manifest; should that be refused (an index.html guidedbp

@@ -25,7 +25,10 @@ def pointing_game(
     pixels (Euclidean distance between pixel centres) of a mask pixel. The test is
     exact: the distance from the maximum to the nearest mask pixel is computed, not
     approximated by a dilation. When several pixels share the maximum, the first in
-    row-major order counts. An empty mask is never hit.
+    row-major order counts. An empty mask is never hit. So a constant map (an all-zero
+    one) "hits" every object near pixel (0, 0) and misses the others: leave such maps
+    and empty masks out, as ``guidedbp evaluate`` does
+    (:func:`guidedbp.checks.metrics_arrays.constant_maps`).
 
     Args:
         saliency_magnitude: Real ``(N, H, W)``, one magnitude per pixel.

@@ -96,15 +96,28 @@ class Activation:
         return self.output.op
 
 
+def _reach(images: tf.Tensor, ends) -> tuple[list, set[str], set[str]]:
+    """``ends`` as a list, the names of the ops that depend on ``images`` and of those
+    that ``ends`` depend on."""
+    ends = list(ends) if isinstance(ends, (list, tuple)) else [ends]
+    live = set().union(*(_graph.ancestors(end.op) for end in ends))
+    return ends, _graph.descendants(images.op), live
+
+
+def on_path(ops: list[tf.Operation], images: tf.Tensor, ends) -> list[tf.Operation]:
+    """The ``ops`` that depend on ``images`` and that ``ends`` depend on: those between
+    the images and what the targets read, whose gradient the maps go through."""
+    _, dependent, live = _reach(images, ends)
+    return [op for op in ops if op.name in dependent and op.name in live]
+
+
 def find(forward_ops: list[tf.Operation], images: tf.Tensor, ends,
          exclude: Iterable[tf.Operation] = ()) -> list[Activation]:
     """Every activation between ``images`` and ``ends`` (the logits, or every tensor the
     targets read; see the module docstring), in creation order; ``exclude`` (the heads
     bypassed or read through) are none."""
-    ends = list(ends) if isinstance(ends, (list, tuple)) else [ends]
+    ends, dependent, live = _reach(images, ends)
     order = {op.name: index for index, op in enumerate(forward_ops)}
-    dependent = _graph.descendants(images.op)
-    live = set().union(*(_graph.ancestors(end.op) for end in ends))
     end_names = {end.name for end in ends}
     excluded = {op.name for op in exclude}
     claimed: set[str] = set()
@@ -187,11 +200,35 @@ def _grow(core: tf.Operation, order: dict, dependent: set, live: set,
     if best is None:
         return None
     region, entry, output = best
+    if _chains_a_relu(region):  # each ReLU thresholds alone, as the relu scope's do
+        return Activation(CORE_KINDS[core.type], (core,), core.inputs[0], core.outputs[0],
+                          ((core, 0),))
     spine = _spine(region, entry, output)
     if spine is None:
         return None
     ops = tuple(sorted(region.values(), key=lambda op: order[op.name]))
     return Activation(_kind(ops, entry, region), ops, entry, output, spine)
+
+
+def _chains_a_relu(region: dict) -> bool:
+    """Whether a core of ``region`` reads another through the region's ops, one of the two
+    a ReLU-family op: ``relu(1 - relu(x))`` in one layer is two activations (the rule
+    thresholds at each, and the relu scope counts two), while PReLU's ``relu(x)`` and
+    ``relu(-x)`` side by side, or mish's ``tanh(softplus(x))``, are one."""
+    for op in region.values():
+        if op.type not in CORE_KINDS:
+            continue
+        seen, pending = set(), [t.op for t in op.inputs if t.op.name in region]
+        while pending:
+            source = pending.pop()
+            if source.name in seen:
+                continue
+            seen.add(source.name)
+            if source.type in CORE_KINDS and (source.type in _graph.RELU_OPS
+                                              or op.type in _graph.RELU_OPS):
+                return True
+            pending.extend(t.op for t in source.inputs if t.op.name in region)
+    return False
 
 
 def _same_shape(a: tf.TensorShape, b: tf.TensorShape | None) -> bool:

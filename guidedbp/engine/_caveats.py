@@ -36,14 +36,18 @@ def of_images(by_method: dict, count: int, span: Callable[[], float],
     """Per image: ``shared``, an :data:`~guidedbp.caveats.EMPTY_REGION` caveat where
     ``empty[i]`` names the region target of image ``i`` that has no pixel, then a
     :data:`~guidedbp.caveats.NEGLIGIBLE_MAP` caveat for each of its maps that moves the
-    class score by less than :data:`~guidedbp.caveats.NEGLIGIBLE_EFFECT`.
+    class score by less than :data:`~guidedbp.caveats.NEGLIGIBLE_EFFECT` (gradient maps)
+    or that is constant (every other map).
 
     The effect is ``sum |map|`` for maps in the score's units (integrated gradients) and
     ``sum |map| * span`` for input gradients (guided, vanilla, deconvnet), ``span`` being
     the distance from black to white pixels in the model's input space (asked for once,
     when first needed): to first order, what moving every input value across the whole
-    pixel range would do. Class activation maps, perturbation maps and the statistics
-    over noisy copies (SquareGrad, VarGrad: squared gradients) are not measured.
+    pixel range would do. The other maps (class activation maps, perturbation and
+    black-box maps, the statistics over noisy copies: SquareGrad, VarGrad) are in no
+    such unit: theirs is the caveat when every pixel holds the same value(s), zero or
+    not (:func:`constant_value`). A constant gradient map is left to the effect rule: a
+    uniform gradient is the true answer of a model that weighs every pixel alike.
     """
     per_image = []
     width = None
@@ -53,7 +57,10 @@ def of_images(by_method: dict, count: int, span: Callable[[], float],
             record = registry.method(name)
             if (record.relu_rule is None or record.feature_map
                     or record.runner == registry.NOISE_STATISTIC):
-                continue  # not in the score's units, nor per unit of input
+                held = constant_value(maps[index])  # not in the score's units
+                if held is not False:
+                    found.append(kinds.constant_map(name, held))
+                continue
             effect = float(np.abs(maps[index], dtype=np.float64).sum())
             if not record.path_integrated:
                 width = span() if width is None else width
@@ -62,3 +69,51 @@ def of_images(by_method: dict, count: int, span: Callable[[], float],
                 found.append(kinds.negligible_map(name, effect))
         per_image.append(kinds.unique([*shared, *found]))
     return tuple(per_image)
+
+
+def constant_value(saliency_map: np.ndarray) -> float | None | bool:
+    """The value every pixel of ``saliency_map`` (``(H, W, C)``) holds: a float when all
+    its values are equal, ``None`` when each pixel holds the same channel values but these
+    differ, ``False`` when the map is not constant (two pixels differ).
+
+    >>> constant_value(np.zeros((2, 2, 1))), constant_value(np.ones((2, 2, 1)) * [1, 2])
+    (0.0, None)
+    >>> constant_value(np.eye(2)[..., None])
+    False
+    """
+    values = np.asarray(saliency_map)
+    first = values.reshape(-1, values.shape[-1])[0]
+    if not np.all(values == first):
+        return False
+    return float(first[0]) if np.all(first == first[0]) else None
+
+
+def non_finite(labels: Sequence[str], scores: np.ndarray, probabilities: np.ndarray | None
+               ) -> list[list[Caveat]]:
+    """Per image, a :data:`~guidedbp.caveats.NON_FINITE_SCORE` caveat where its target's
+    score (``labels[i]``'s, ``scores[i]``) or probability (``probabilities``: ``None`` for
+    targets that have none) is infinite or NaN."""
+    found = []
+    for index, label in enumerate(labels):
+        if not np.isfinite(scores[index]):
+            found.append([kinds.non_finite_score(f"{label}'s score", scores[index])])
+        elif probabilities is not None and not np.isfinite(probabilities[index]):
+            found.append([kinds.non_finite_score(f"{label}'s probability",
+                                                 probabilities[index])])
+        else:
+            found.append([])
+    return found
+
+
+def unguided(methods: Sequence[str], report) -> list[Caveat]:
+    """An :data:`~guidedbp.caveats.UNGUIDED_ACTIVATION` caveat for each method whose rule
+    left activations in its scope with their plain gradient (``report``'s
+    :meth:`~guidedbp.engine._graph.Report.unreached`)."""
+    from guidedbp.engine._graph import format_counts
+
+    found = []
+    for name in methods:
+        left = report.unreached(registry.method(name).relu_rule or "")
+        if left:
+            found.append(kinds.unguided_activation(name, format_counts(left)))
+    return found

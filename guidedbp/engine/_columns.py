@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from guidedbp import _outputs
-from guidedbp.engine import _graph
+from guidedbp.engine import _graph, _score_checks
 from guidedbp.engine.targets import Class, OutputName, Region, Score, Similarity, Target, Unit
 from guidedbp.errors import ArgumentError
 
@@ -31,6 +31,11 @@ class NotAClassifier(ArgumentError):
     """A class target on an output that is not ``(batch, classes)``."""
 
 
+class NotAClass(NotAClassifier):
+    """A class target on one output unit that no sigmoid or softmax head makes a
+    probability: a value (a regression), which :class:`Unit` ``(0)`` explains."""
+
+
 @dataclass(frozen=True)
 class Column:
     """What one target's trace depends on (hashable: a key of the traced functions).
@@ -39,7 +44,8 @@ class Column:
         kind: One of :data:`KINDS`.
         output: The output read (name or index), ``None`` for the model's only output
             (or, for ``score`` and ``probe``, all of them).
-        index: A unit's flat index, or a region's class.
+        index: A unit's flat index, a region's class, or a similarity's reference
+            length.
         auto: A region found by argmax (else given by a mask).
         function: A score function.
     """
@@ -56,7 +62,7 @@ class Column:
         if self.kind == "region":
             return (None, None)
         if self.kind == "similar":
-            return (None,)
+            return (self.index,)  # its length, so that the trace checks it
         return (0,)
 
 
@@ -166,7 +172,7 @@ def column_of(target: Target, output: OutputName, count: int,
                 "image files; the engine takes an embedding or an image array")
         vector = reference if target.is_embedding else embedding(reference, output)
         vector = np.asarray(vector, np.float32).reshape(-1)
-        return Column("similar", output), np.full(count, -1, np.int32), \
+        return Column("similar", output, len(vector)), np.full(count, -1, np.int32), \
             np.ascontiguousarray(np.broadcast_to(vector, (count, len(vector))))
     if isinstance(target, Score):
         return Column("score", output, function=target.function), np.full(count, -1, np.int32), \
@@ -243,7 +249,8 @@ class Scored:
 def score(model, raw, columns: tuple[Column, ...], classes, data) -> Scored:
     """The K columns' scores on the model's output ``raw`` (traced), ``classes`` int32
     ``(B, K)``, ``data`` K float32 tensors."""
-    batch = tf.shape(_flat_tensors(raw)[0])[0]
+    first = _flat_tensors(raw)[0]
+    batch = tf.shape(first)[0]
     nan = tf.fill([batch], float("nan"))
     empty = tf.zeros([batch, 0], tf.float32)
     scores, targets, probabilities, resolved, ends, heads = [], [], [], [], [], []
@@ -262,7 +269,8 @@ def score(model, raw, columns: tuple[Column, ...], classes, data) -> Scored:
                     parts.append(tf.reduce_sum(flat, axis=1))
                 value = tf.add_n(parts)
             else:
-                value = _user_score(column.function, selected, batch)
+                value = _score_checks.user_score(column.function, selected, batch,
+                                                 first.shape[0])
                 ends += tensors
             main = main or (tensors[0], None, 0)
             scores.append(value)
@@ -281,6 +289,7 @@ def score(model, raw, columns: tuple[Column, ...], classes, data) -> Scored:
                     f"the model's output{_named(column)} has shape {tuple(output.shape)}; a "
                     "class target needs (batch, classes): name a target that fits it "
                     "(Region(c) for a map, Unit(i), Similarity(reference), a score function)")
+            refuse_a_value(logits, head, column)
             class_scores, class_probs = _graph.class_scores(logits, output, head)
             ranked = tf.argsort(class_scores, axis=-1, direction="DESCENDING", stable=True)
             wanted = classes[:, position]
@@ -334,12 +343,7 @@ def score(model, raw, columns: tuple[Column, ...], classes, data) -> Scored:
             main = main or (output, head, count)
         elif column.kind == "similar":
             flat = tf.reshape(tf.cast(output, tf.float32), [batch, -1])
-            reference = data[position]
-            size, given = flat.shape[-1], reference.shape[-1]
-            if size is not None and given is not None and size != given:
-                raise ArgumentError(
-                    f"the Similarity reference has {given} values; the output"
-                    f"{_named(column)} has {size} per image (shape {tuple(output.shape)})")
+            reference = _score_checks.reference(flat, data[position], _named(column))
             dot = tf.reduce_sum(flat * reference, axis=1)
             norms = tf.norm(flat, axis=1) * tf.norm(reference, axis=1)
             scores.append(tf.math.divide_no_nan(dot, norms))
@@ -356,6 +360,20 @@ def score(model, raw, columns: tuple[Column, ...], classes, data) -> Scored:
                              else tf.zeros([batch, 0], tf.float32)),
         resolved=resolved, ends=ends, heads=heads, base=ends[0] if ends else base_tensor,
         head=head, num_classes=num_classes, output_shape=tuple(base_tensor.shape))
+
+
+def refuse_a_value(logits, head: str | None, column: Column) -> None:
+    """Refuse a class of one output unit that no sigmoid or softmax head makes a
+    probability: its value is no class score (a regression; a binary classifier's raw
+    logit is class 1's score, which ``Unit(0)`` explains just as well).
+
+    Raises:
+        NotAClass: With the ``Unit(0)`` hint.
+    """
+    if logits.shape[-1] == 1 and head is None:
+        raise NotAClass(f"the model's output{_named(column)} has one unit and no sigmoid or "
+                        "softmax head: it is a value, not a class: explain it with "
+                        "target=Unit(0)")
 
 
 def _named(column: Column) -> str:
@@ -390,17 +408,3 @@ def _flat_index(index, output, column: Column) -> int:
         raise ArgumentError(f"Unit index {index} is out of range: the output{_named(column)} "
                             f"has {size} units per image (shape {tuple(output.shape)})")
     return int(index)
-
-
-def _user_score(function, selected, batch) -> tf.Tensor:
-    value = tf.convert_to_tensor(function(selected))
-    if value.shape.rank != 1:
-        shape = ", ".join("batch" if side is None else str(side)
-                          for side in (value.shape if value.shape.rank is not None else ()))
-        raise ArgumentError(
-            f"the score function returned shape ({shape}): it must return one score per "
-            "image, shape (batch,)")
-    if not (value.dtype.is_floating or value.dtype.is_integer):
-        raise ArgumentError(f"the score function returned dtype {value.dtype.name}: it must "
-                            "return numbers")
-    return tf.cast(value, tf.float32)

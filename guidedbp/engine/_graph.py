@@ -35,6 +35,9 @@ ACTIVATION_KINDS = {
     "Erfc": "gelu",  # exact GELU, as tf.nn.gelu(approximate=False) builds it
 }
 
+#: The kinds of :data:`RELU_OPS`, those the ``relu`` scope guides.
+_RELU_KINDS = frozenset(("relu", "relu6"))
+
 #: Activation ops inside control-flow functions, which keep their plain gradient there
 #: (only ReLUs are guided inside functions), by the kind the report names.
 PLAIN_ACTIVATION_OPS = {op: kind for op, kind in ACTIVATION_KINDS.items()
@@ -122,10 +125,51 @@ _CALLS_FUNCTIONS = frozenset(("If", "StatelessIf", "While", "StatelessWhile", "C
                               "StatelessCase", "PartitionedCall", "StatefulPartitionedCall"))
 
 
+# Where while_v2 and cond_v2 keep, on a control-flow op they build, the graph of each
+# function it runs: (attribute naming the function(s), attribute holding the graph(s)).
+_BUILT_GRAPHS = (("cond", "_cond_graph"), ("body", "_body_graph"),
+                 ("then_branch", "_true_graph"), ("else_branch", "_false_graph"),
+                 ("branches", "_branch_graphs"))
+
+
+def built_function_graphs(ops: list[tf.Operation]) -> dict:
+    """``{function name: FuncGraph}`` of the ``tf.while_loop`` bodies and conditions and
+    the ``tf.cond`` branches that ``ops`` run and that were built in this trace (a Keras
+    layer's own control flow), nested ones too.
+
+    Their ops are this trace's, built in graphs of their own, out of reach of the
+    ``gradient_override_map`` in force; the gradient of the loop or branch is built from
+    them (not from the function's definition) at each ``tf.gradients`` call. A
+    SavedModel's functions, imported from a GraphDef, have no such graph: their
+    definitions carry the override (:meth:`guidedbp.models.frozen.FrozenGraph.__call__`).
+    """
+    graphs, pending = {}, list(ops)
+    while pending:
+        op = pending.pop()
+        if op.type not in _CALLS_FUNCTIONS:
+            continue
+        for attribute, cached in _BUILT_GRAPHS:
+            built = getattr(op, cached, None)
+            if built is None or attribute not in op.node_def.attr:
+                continue
+            value = op.node_def.attr[attribute]
+            names = [value.func.name] if value.HasField("func") else \
+                [func.name for func in value.list.func]
+            built = built if isinstance(built, (list, tuple)) else [built]
+            for name, function_graph in zip(names, built):
+                if name not in graphs:
+                    graphs[name] = function_graph
+                    pending.extend(function_graph.get_operations())
+    return graphs
+
+
 def function_ops(ops: list[tf.Operation]) -> list:
     """The nodes (``NodeDef``) of every function that ``ops`` call (the branches of ``If``,
-    the bodies of ``While``, and the functions those call), each function once."""
+    the bodies of ``While``, and the functions those call), each function once: as its
+    graph holds them now where it was built in this trace (:func:`built_function_graphs`),
+    else as its definition lists them."""
     graph = ops[0].graph if ops else None
+    built = built_function_graphs(ops)
     seen, pending, nodes = set(), [], []
     for op in ops:
         if op.type in _CALLS_FUNCTIONS:
@@ -135,15 +179,31 @@ def function_ops(ops: list[tf.Operation]) -> list:
         if name in seen:
             continue
         seen.add(name)
-        function = graph._get_function(name)
-        definition = (getattr(function, "cached_definition", None)  # a tf.function's
-                      or getattr(function, "definition", None))  # a tf.compat.v1 Defun's
-        if definition is None:
-            continue
-        for node in definition.node_def:
+        if name in built:
+            definition_nodes = [op.node_def for op in built[name].get_operations()]
+        else:
+            function = graph._get_function(name)
+            definition = (getattr(function, "cached_definition", None)  # a tf.function's
+                          or getattr(function, "definition", None))  # a tf.compat.v1 Defun's
+            if definition is None:
+                continue
+            definition_nodes = definition.node_def
+        for node in definition_nodes:
             nodes.append(node)
             pending.extend(_called(node))
     return nodes
+
+
+def built_function_relus(ops: list[tf.Operation]) -> list[tf.Operation]:
+    """The ReLU-family ops inside the functions built in this trace
+    (:func:`built_function_graphs`), but those of signed compositions (PReLU's parts,
+    :func:`signed_compositions`), which keep their plain gradient."""
+    relus = []
+    for function_graph in built_function_graphs(ops).values():
+        inside = relu_ops(function_graph.get_operations())
+        signed = {op.name for op in signed_compositions(inside)}
+        relus.extend(op for op in inside if op.name not in signed)
+    return relus
 
 
 def _called(node_def) -> list[str]:
@@ -262,6 +322,13 @@ class Report:
             ``(scope, the activations it guides by kind)``.
         output_shape: The shape of the output the first trace's target read (its
             logits behind a bypassed head), ``None`` for the batch.
+        unreached_activations: The activations of :attr:`plain_activations` that sit
+            inside functions the model calls (``tf.while_loop``/``tf.cond`` bodies,
+            nested ``tf.function`` calls), by kind: ReLUs the rules could not reach (a nested
+            ``tf.function``'s) and other activations (only ReLUs are guided there).
+        guided_in_functions: The ReLUs of :attr:`guided_activations` that sit inside
+            ``tf.while_loop``/``tf.cond`` bodies, by kind (a body's ReLU counts once
+            however many times it runs).
     """
 
     method: str
@@ -273,6 +340,17 @@ class Report:
     guide: str | None = None
     by_rule: dict[str, tuple[str, dict[str, int]]] = field(default_factory=dict)
     output_shape: tuple = ()
+    unreached_activations: dict[str, int] = field(default_factory=dict)
+    guided_in_functions: dict[str, int] = field(default_factory=dict)
+
+    def unreached(self, rule: str) -> dict[str, int]:
+        """The :attr:`unreached_activations` in ``rule``'s scope (:attr:`by_rule`): those
+        its maps should have guided and did not; empty for a rule the methods do not use."""
+        if rule not in self.by_rule:
+            return {}
+        scope = self.by_rule[rule][0]
+        return {kind: count for kind, count in self.unreached_activations.items()
+                if scope == "all" or kind in _RELU_KINDS}
 
     @property
     def guided_ops(self) -> dict[str, int]:
@@ -291,6 +369,7 @@ class Report:
             "plain_activations": dict(self.plain_activations),
             "by_rule": {rule: {"guide": scope, "guided_activations": dict(counts)}
                         for rule, (scope, counts) in self.by_rule.items()},
+            "unreached_activations": dict(self.unreached_activations),
             "head_bypassed": self.head,
             "num_classes": self.num_classes,
             "layer": self.layer,
@@ -303,7 +382,10 @@ class Report:
             f"method: {self.method}\n"
             f"guided activations: {guided}"
             + (f" (--guide {self.guide})" if self.guide else "") + "\n"
-            f"activations left alone: {counts(self.plain_activations)}\n"
+            f"activations left alone: {counts(self.plain_activations)}"
+            + (f" (inside functions, out of the rules' reach: "
+               f"{counts(self.unreached_activations)})" if self.unreached_activations
+               else "") + "\n"
             f"head bypassed: {self.head or 'none (output is already a logit)'}\n"
             f"classes: {self.num_classes}"
         )
@@ -316,12 +398,18 @@ def format_counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{key} {value}" for key, value in ordered) or "none"
 
 
-def function_census(function_nodes: list) -> tuple[dict[str, int], dict[str, int]]:
-    """The ReLUs guided and the activations left plain inside the functions the forward
-    ops call (``function_nodes``, :func:`function_ops`), by kind."""
-    guided = collections.Counter(
-        node.op.lower() for node in function_nodes if node.op in RELU_OPS
-        and node.attr["_gradient_op_type"].s == GUIDED_GRADIENT.encode())
+def function_census(function_nodes: list
+                    ) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """The activations inside the functions the forward ops call (``function_nodes``,
+    :func:`function_ops`), by kind: the ReLUs guided, the other activations (left plain:
+    only ReLUs are guided inside functions), and the ReLUs the guided gradient did not
+    reach (a nested ``tf.function``'s, whose gradient TensorFlow builds once and keeps)."""
+    guided, unreached = collections.Counter(), collections.Counter()
+    for node in function_nodes:
+        if node.op in RELU_OPS:
+            marked = node.attr["_gradient_op_type"].s == GUIDED_GRADIENT.encode() \
+                if "_gradient_op_type" in node.attr else False
+            (guided if marked else unreached)[ACTIVATION_KINDS[node.op]] += 1
     plain = collections.Counter(PLAIN_ACTIVATION_OPS[node.op] for node in function_nodes
                                 if node.op in PLAIN_ACTIVATION_OPS)
-    return dict(guided), dict(plain)
+    return dict(guided), dict(plain), dict(unreached)

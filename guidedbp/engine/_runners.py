@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from guidedbp.engine import _averaging, _blackbox, _perturbation
+from guidedbp.engine import _averaging, _blackbox, _perturbation, _score_checks
 from guidedbp.engine import methods as registry
 from guidedbp.engine._columns import Columns
 from guidedbp.engine._functions import TracedFunctions
@@ -126,9 +126,11 @@ class GradientRunner(Runner):
                           batch=min(len(images), batch_size))
         function = self.functions.gradient(key, methods, columns.specs)
         parts = []
-        for start in range(0, len(images), batch_size):
-            part = columns.slice(start, start + batch_size)
-            parts.append(function(images[start : start + batch_size], part.classes, part.data))
+        with _score_checks.one_line():  # a score checked only as it runs: the first batch
+            for start in range(0, len(images), batch_size):
+                part = columns.slice(start, start + batch_size)
+                parts.append(function(images[start : start + batch_size], part.classes,
+                                      part.data))
         joined = {name: np.concatenate([p[name].numpy() for p in parts])
                   for name in ("targets", "logits", "probabilities", "class_probabilities")}
         resolved = tuple(np.concatenate([p["resolved"][column].numpy() for p in parts])
@@ -182,7 +184,8 @@ class PerturbationRunner(Runner):
 
             def scores(batch: np.ndarray, rows: np.ndarray) -> np.ndarray:
                 part = columns.take(rows)
-                return function(batch, part.classes, part.data).numpy()
+                with _score_checks.one_line():  # perturbed copies may score otherwise
+                    return function(batch, part.classes, part.data).numpy()
 
         probe = _blackbox.BlackBoxProbe(
             images, columns.width, scores, self.options.batch_size, self.options,

@@ -21,7 +21,7 @@ gradient override; the traced pass hands Score-CAM the clean feature map.
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import tensorflow as tf
 
@@ -74,6 +74,7 @@ def predict(model, images, output=None):
     selected = _columns._one_tensor(model, raw, selected, _columns.CLASS, "class scores")
     logits, head, _ = _graph.find_logits(selected)
     _check_logits(logits, selected)
+    _columns.refuse_a_value(logits, head, replace(_columns.CLASS, output=output))
     return _graph.class_scores(logits, selected, head)
 
 
@@ -130,9 +131,17 @@ def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
     with graph.gradient_override_map(override):
         raw = model(images, training=False)
     forward_ops = graph.get_operations()
+    # The ReLUs of loops and branches built in this trace (a Keras layer's tf.while_loop)
+    # sit in graphs of their own, which the override map did not reach: marked as it
+    # would have marked them (their rule follows rule_in_functions, as a SavedModel's),
+    # and put back in the finally below.
+    built_relus = _graph.built_function_relus(forward_ops) if swapped else []
+    _graph.set_gradient(built_relus, _graph.GUIDED_GRADIENT)
 
     scored = _columns.score(model, raw, columns, classes, data)
-    relus = _graph.relu_ops(forward_ops)
+    # The ReLUs between the images and what the targets read: those the rules can change
+    # (a ReLU on a weight, or on another output's path, is counted in no scope).
+    relus = _activations.on_path(_graph.relu_ops(forward_ops), images, scored.ends)
     excluded = _graph.signed_compositions(relus)
     excluded_names = {op.name for op in excluded}
     _graph.set_gradient(excluded, None)  # PReLU parts: plain in the relu scope, always
@@ -140,15 +149,21 @@ def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
     plan = _activations.Rules(
         _activations.find(forward_ops, images, scored.ends, scored.heads),
         [op for op in relus if op.name not in excluded_names], scopes)
-    in_functions, plain_in_functions = _graph.function_census(_graph.function_ops(forward_ops))
+    in_functions, plain_in_functions, unreached = _graph.function_census(
+        _graph.function_ops(forward_ops))
     report_rules = [record.relu_rule for record in map(method, report_methods)]
     main_rule = next((rule for rule in ("guided", "deconvnet") if rule in report_rules), None)
     by_rule = {rule: (scopes[rule], dict(collections.Counter(plan.census(rule))
                                           + collections.Counter(in_functions)))
                for rule in ("guided", "deconvnet") if rule in report_rules}
     guided_counts = by_rule[main_rule][1] if main_rule else {}
+    # Left plain inside functions: the activations other than ReLUs (only ReLUs are
+    # guided there), and the ReLUs out of the rules' reach (counted, as outside, only
+    # where a rule guides ReLUs).
+    unreached = dict(collections.Counter(plain_in_functions)
+                     + collections.Counter(unreached if main_rule else {}))
     plain = dict(collections.Counter(plan.left_plain(main_rule))
-                 + collections.Counter(plain_in_functions))
+                 + collections.Counter(unreached))
     feature_map = None
     if needs_cam or features:
         feature_map = (_gradcam.feature_map_by_name(forward_ops, layer_path, model)
@@ -164,6 +179,8 @@ def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
         guide=scopes[main_rule] if main_rule else None,
         by_rule=by_rule,
         output_shape=scored.output_shape,
+        unreached_activations=unreached,
+        guided_in_functions=in_functions if main_rule else {},
     )
 
     target_scores = scored.scores  # (N, K)
@@ -194,6 +211,7 @@ def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
             })
     finally:  # the ops go back to the gradient they were created with
         plan.restore()
+        _graph.set_gradient(built_relus, None)
     maps = {record.name: tf.stack([column[record.name] for column in per_column], axis=1)
             for record in records}
     outputs = {

@@ -40,18 +40,19 @@ from guidedbp.engine import (
     _gradcam,
     _graph,
     _inputs,
+    _payoff,
     _precision,
 )
 from guidedbp.engine import methods as registry
-from guidedbp.engine._columns import Column, Columns, columns_of
+from guidedbp.engine._columns import Column, Columns, NotAClass, NotAClassifier, columns_of
 from guidedbp.engine._functions import TracedFunctions
 from guidedbp.engine._runners import MethodRunners, Pass, Progress, hands_out_features
-from guidedbp.engine.explanation import Explanation, NoReluWarning
+from guidedbp.engine.explanation import Explanation, NoReluWarning, ValueOutputWarning
 from guidedbp.engine.options import UPSAMPLING, MethodOptions
-from guidedbp.engine.targets import OutputName, Target, as_target
+from guidedbp.engine.targets import OutputName, Target, Unit, as_target
 from guidedbp.errors import ArgumentError
 
-__all__ = ["Explainer", "Explanation", "NoReluWarning", "UPSAMPLING"]
+__all__ = ["Explainer", "Explanation", "NoReluWarning", "UPSAMPLING", "ValueOutputWarning"]
 
 #: What to explain: a class (``None``: each image's top-1; an int; one per image), a
 #: :class:`~guidedbp.engine.targets.Target`, or a score function of the output.
@@ -194,6 +195,10 @@ class Explainer:
         if self.options.precision == "mixed":  # a copy in low precision: _precision
             self.compute_dtype = _precision.fast_dtype()
             traced_model = _precision.low_precision_model(model, self.compute_dtype)
+            small = (_payoff.small_model_warning(traced_model.copy, self.compute_dtype)
+                     if _precision.gpu_capability() is None else None)  # measured on CPUs
+            if small:
+                warnings.warn(small, UserWarning, stacklevel=_caller_stacklevel())
         _graph.register_gradients()
         _activations.register_gradients()
         self.model = model
@@ -210,6 +215,8 @@ class Explainer:
             self.methods, self._traced, self.options, self.check_memory,
             partial(_inputs.pixel_values, pixel_to_input=pixel_to_input), progress)
         self._warned: set[tuple] = set()
+        self._drifts: dict[tuple, list[Caveat]] = {}  # signature -> mixed precision's
+        self._values: dict[tuple, bool] = {}  # signature -> whether the output is a value
 
     @property
     def method(self) -> str:
@@ -244,15 +251,26 @@ class Explainer:
 
         Args:
             images: float ``(N, H, W, C)`` in the model's input space.
-            target: ``None`` for each image's top-1 class, an int for one class for all
-                images, a sequence of one class per image, a
+            target: ``None`` for each image's top-1 class (for an output that is one
+                value, :meth:`reads_a_value`, that value: ``Unit(0)``), an int for one
+                class for all images, a sequence of one class per image, a
                 :class:`~guidedbp.engine.targets.Target`, or a score function
                 ``output -> (N,)``.
+
+        Raises:
+            ArgumentError: A target that does not fit the model, in one line naming the
+                parameter: a class of an output that is a value, a score function that
+                returns anything but one number per image (``None``, a scalar, ``(N, 2)``,
+                one value for a batch of two), a ``Similarity`` reference whose length
+                differs from the output's or an image the model cannot take. Checked
+                before any method runs (a length known only when the images come, on the
+                first batch).
         """
         return self.explain(images, target).maps
 
     def explain(self, images, target: TargetLike = None) -> Explanation:
-        """Every method's maps, with the target they explain and its scores."""
+        """Every method's maps, with the target they explain and its scores (``target``
+        and its checks as :meth:`__call__` takes them)."""
         images = _inputs.as_images(images)
         key = self._traced.signature(images.shape[1:])
         return self._explain_one(key, images, self._columns_of(key, images, [target]))
@@ -338,9 +356,11 @@ class Explainer:
         """Every class's score and probability, forward only.
 
         The scores are the logits the maps explain (a softmax or sigmoid head bypassed;
-        a single-logit model scores class 0 as ``-z`` and class 1 as ``z``); the
-        probabilities are the model's own. Images go through the model ``batch_size`` at
-        a time, in a function traced once per input signature, with no gradient.
+        a single logit behind a sigmoid scores class 0 as ``-z`` and class 1 as ``z``);
+        the probabilities are the model's own. One output unit with no sigmoid or softmax
+        head is a value, not classes: it is refused (:meth:`reads_a_value`). Images go
+        through the model ``batch_size`` at a time, in a function traced once per input
+        signature, with no gradient.
 
         Args:
             images: float ``(N, H, W, C)`` in the model's input space.
@@ -388,6 +408,24 @@ class Explainer:
             )
         return newest
 
+    def reads_a_value(self, image_shape: tuple | None = None) -> bool:
+        """Whether the output the explainer reads is one unit that no sigmoid or softmax
+        head makes a probability: a value (a regression, or a binary classifier's raw
+        logit), not a class. A target of ``None`` then explains that value,
+        ``Unit(0)`` (with a :class:`ValueOutputWarning`), and a class target is refused.
+
+        Args:
+            image_shape: ``(H, W, C)`` of the images; ``None``: the model's declared one.
+
+        Raises:
+            ArgumentError: No ``image_shape`` for a model that declares none, or one the
+                model cannot take.
+        """
+        shape = image_shape if image_shape is not None else self.image_shape
+        if shape is None:
+            raise ArgumentError("the model declares no input shape: give image_shape")
+        return self._reads_a_value(self._traced.signature(tuple(shape)))
+
     def check_memory(self, image_shape: tuple, columns: int = 1, methods: tuple = (),
                      batch: int | None = None) -> None:
         """Refuse at once a batch whose images and maps alone would not fit in the free
@@ -405,7 +443,15 @@ class Explainer:
     # -- dispatching to the runners ---------------------------------------------------
 
     def _columns_of(self, key: tuple, images: np.ndarray, targets: list) -> Columns:
-        """The columns of ``targets`` (see :data:`TargetLike`) for ``images``."""
+        """The columns of ``targets`` (see :data:`TargetLike`) for ``images``; ``None``
+        alone on an output that is a value (:meth:`reads_a_value`): ``Unit(0)``."""
+        if len(targets) == 1 and targets[0] is None and self._reads_a_value(key):
+            if ("value", key) not in self._warned:  # once per signature, as NoReluWarning
+                self._warned.add(("value", key))
+                warnings.warn("the model has one output unit with no sigmoid or softmax head: "
+                              "explaining its value, target=Unit(0), not a class",
+                              ValueOutputWarning, stacklevel=_caller_stacklevel())
+            targets = [Unit(0)]
         if all(as_target(target) is None for target in targets):
             classes = np.stack([_inputs.as_targets(target, len(images)) for target in targets],
                                axis=1)
@@ -424,10 +470,20 @@ class Explainer:
         return columns_of(objects, self.output, len(images), partial(self._embedding, key))
 
     def _embedding(self, key: tuple, image: np.ndarray, output: OutputName) -> np.ndarray:
-        """A reference image's output, flattened: ``(size,)``."""
+        """A reference image's output, flattened: ``(size,)``.
+
+        Raises:
+            ArgumentError: An image the model cannot take, or of another shape than the
+                images explained.
+        """
         image = _inputs.as_images(np.asarray(image)[None])
-        if self._traced.signature(image.shape[1:]) != key:
-            _inputs.check_shape(image.shape[1:], key)
+        try:
+            if self._traced.signature(image.shape[1:]) != key:
+                _inputs.check_shape(image.shape[1:], key)
+        except ArgumentError as error:
+            size = "x".join(map(str, image.shape[1:]))
+            raise ArgumentError(f"the Similarity reference image is {size}: "
+                                f"{str(error).split(', got ')[0]}") from None
         return self._traced.output(key, output)(image).numpy()[0]
 
     def _check_columns(self, key: tuple, columns: Columns) -> None:
@@ -450,8 +506,21 @@ class Explainer:
             "class_probabilities"].shape[-1])
 
     def _num_classes(self, key: tuple, output: OutputName) -> int:
-        """How many classes ``output`` scores (two for a single logit)."""
+        """How many classes ``output`` scores (two for a single logit behind a sigmoid)."""
         return self._classes_in(key, (Column("class", output),))
+
+    def _reads_a_value(self, key: tuple) -> bool:
+        """Whether the explainer's output is a value, not classes (:meth:`reads_a_value`),
+        found once per signature: a class of it fails to trace."""
+        if key not in self._values:
+            try:
+                self._num_classes(key, self.output)
+                self._values[key] = False
+            except NotAClass:
+                self._values[key] = True
+            except NotAClassifier:  # a map, several outputs: not one value either
+                self._values[key] = False
+        return self._values[key]
 
     def _explain_columns(self, key: tuple, images: np.ndarray, columns: Columns
                          ) -> list[Explanation]:
@@ -487,7 +556,9 @@ class Explainer:
         afresh, so applying it twice is harmless."""
         shared = [*self.caveats, *_caveats.of_model(
             self.methods, self._report_for(key).by_rule, self.options.scorecam.max_channels,
-            self._runs.feature_channels.get(key))]
+            self._runs.feature_channels.get(key)),
+            *_caveats.unguided(self.methods, self._report_for(key)),
+            *self._drift_of(key, images, explanation)]
 
         def span() -> float:
             black, white = _inputs.black_white(images.shape[-1], self.pixel_to_input)
@@ -497,8 +568,42 @@ class Explainer:
         if explanation.region_pixels is not None:
             label = explanation.target.label if explanation.target is not None else "region"
             empty = [label if pixels == 0 else None for pixels in explanation.region_pixels]
-        return replace(explanation, caveats=_caveats.of_images(
-            explanation.by_method, len(images), span, shared, empty))
+        found = _caveats.of_images(explanation.by_method, len(images), span, shared, empty)
+        target = explanation.target
+        labels = ([target.label] * len(images) if target is not None
+                  else [f"class:{int(c)}" for c in explanation.targets])
+        overflowed = _caveats.non_finite(  # units, similarities, scores: no probability
+            labels, explanation.logits,
+            explanation.probabilities if target is None or target.kind in ("class", "region")
+            else None)
+        return replace(explanation, caveats=tuple(
+            (*caveats, *extra) for caveats, extra in zip(found, overflowed)))
+
+    def _drift_of(self, key: tuple, images: np.ndarray, explanation: Explanation
+                  ) -> list[Caveat]:
+        """Mixed precision's drift caveats (:mod:`._payoff`): measured once per signature,
+        on the first image of its first explanation and that image's target; none in
+        float32."""
+        if self.compute_dtype == "float32":
+            return []
+        if key not in self._drifts:
+            target = (explanation.target if explanation.target is not None
+                      else int(explanation.targets[0]))
+            one_pass = MethodOptions.of(self.options, precision="float32", smooth=0)
+
+            def maps(precision: str, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+                # The caller's model, or the copy (already low precision): as it is.
+                model = self.model if precision == "float32" else self._traced.model
+                twin = Explainer(model, names, options=one_pass, output=self.output)
+                with warnings.catch_warnings():  # this run's own warnings said it all
+                    warnings.simplefilter("ignore")
+                    found = twin.explain(images[:1], target)
+                return {name: found.by_method[name][0] for name in names}
+
+            own = {name: maps_[0] for name, maps_ in explanation.by_method.items()}
+            self._drifts[key] = _payoff.measure(self.methods, self.options.smoothgrad.active,
+                                                own, maps)
+        return self._drifts[key]
 
     def _report_for(self, key: tuple, columns: Columns | None = None) -> _graph.Report:
         """The report of signature ``key``, tracing the clean pass once for it (for

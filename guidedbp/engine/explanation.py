@@ -11,13 +11,19 @@ import numpy as np
 
 from guidedbp.caveats import Caveat
 
-__all__ = ["Explanation", "NoReluWarning"]
+__all__ = ["Explanation", "NoReluWarning", "ValueOutputWarning"]
 
 
 class NoReluWarning(UserWarning):
     """The model has no activation in the rule's scope (no ReLU-family op for
     ``guide="relu"``, no activation at all for ``"all"``), so guided backprop or
     deconvnet equals the plain gradient."""
+
+
+class ValueOutputWarning(UserWarning):
+    """The output read is one unit that no sigmoid or softmax head makes a probability:
+    a value (a regression, or a binary classifier's raw logit), not a class, so a target
+    of ``None`` explains that value, ``Unit(0)``, rather than a class of it."""
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,11 @@ RUNNERS = (GRADIENT, PERTURBATION, PATH_INTEGRATED, NOISE_STATISTIC)
 #: ``mean``, or their population ``variance`` (computed in float64, two-pass).
 STATISTICS = ("mean", "variance")
 
+#: The version of the methods' maths, recorded in every manifest record (``made_by``):
+#: bump it with a change that makes any method's maps differ (not with each release), so
+#: that ``--skip-existing`` recomputes the maps an earlier version made.
+MATHS_VERSION = 1
+
 
 class Parts(Protocol):
     """What a gradient method's ``combine`` may use, inside the traced function."""

@@ -76,7 +76,9 @@ def _index(value, what: str) -> int:
 @dataclass(frozen=True, eq=False)
 class Class(Target):
     """Class ``index``'s score: the logit behind the model's softmax or sigmoid head (a
-    single-logit model scores class 0 as ``-z``), as ``target=index`` does."""
+    single logit ``z`` behind a sigmoid scores class 1 as ``z``, class 0 as ``-z``), as
+    ``target=index`` does. One output unit with no sigmoid or softmax head is a value,
+    not a class: a class of it is refused (explain it with ``Unit(0)``)."""
 
     index: int
     output: OutputName = None

@@ -49,12 +49,15 @@ class InputItem:
         root: The folder it was found in: the folder argument, a glob's fixed part,
             or the file's own folder.
         argument: The INPUT argument that named or found it.
+        skipped: Why it is not explained, for an object listed on a store that no output
+            path can name (:data:`EMPTY_SEGMENT`); ``None`` for an image to explain.
     """
 
     path: str
     output_stem: str
     root: str = "."
     argument: str = ""
+    skipped: str | None = None
 
     @property
     def relative(self) -> str:
@@ -62,11 +65,23 @@ class InputItem:
         return Path(os.path.relpath(self.path, self.root)).as_posix()
 
 
+#: Why an object whose key has an empty segment is not explained: OUT's paths have none, so
+#: its outputs could only go where another object's go (``a//b.png`` at ``a/b.png``).
+EMPTY_SEGMENT = ("its key has an empty segment ('//', or '/' at its start or end), which no "
+                 "output path can hold: copy it to a key without one")
+#: Why the objects below a prefix with an empty segment are not explained, on a store whose
+#: library cannot list them.
+UNLISTABLE = ("a prefix with an empty segment ('//'), which this store's library cannot "
+              "list: copy its objects to keys without one")
+
+
 @dataclass
 class Collected:
     items: list[InputItem] = field(default_factory=list)
     passed_over: int = 0  # files inside folders that are not images by extension
     hidden: int = 0  # images and folders inside folders whose names start with "."
+    # Objects on a store that cannot be explained, each with its reason (``skipped``).
+    skipped: list[InputItem] = field(default_factory=list)
 
 
 def output_stem(path: str, under: str | None = None) -> str:
@@ -150,10 +165,13 @@ def collect_inputs(
     hidden images and folders are counted. ``exclude`` (the output folder) is never
     walked into when it lies inside an input folder; where an input folder lies
     inside it (or is it), the PNGs guidedbp wrote there
-    (:func:`~guidedbp.io.write.is_own_png`) are neither taken nor counted.
+    (:func:`~guidedbp.io.write.is_own_png`) are neither taken nor counted. On a
+    store, an image whose key has an empty segment (``photos//x.png``) is no item but
+    is kept in ``skipped`` with its reason (:func:`_count_unnamed`).
 
     Raises:
-        InputError: For an argument that names no file, folder or glob match, a
+        InputError: For an argument that names no file, folder or glob match (or a
+            bucket that does not exist), a
             glob whose matches leave its folder part (``a/*/../../b.png``), or two
             arguments whose outputs would go under the same name
             (:func:`output_stem`: ``a/photos`` and ``b/photos``), unless
@@ -215,6 +233,7 @@ def _collect_url(argument: str, recursive: bool, out_url: str | None,
             root = _url_glob_root(argument)
             matches = store.glob(argument)
             if not matches:
+                _refuse_missing_bucket(argument)
                 raise InputError(f"{argument!r} matches no object")
             found = []
             for url in matches:
@@ -228,10 +247,11 @@ def _collect_url(argument: str, recursive: bool, out_url: str | None,
         if store.exists(argument):
             return [_item(argument, None, argument)]
         if not store.is_prefix(argument):
+            _refuse_missing_bucket(argument)
             raise InputError(f"input {argument!r} not found (no object and nothing below "
                              "that prefix)")
-        found = []
-        for prefix, folders, files in store.walk(argument, recursive):
+        found, unnamed = [], []
+        for prefix, folders, files in store.walk(argument, recursive, odd=unnamed):
             collected.hidden += sum(name.startswith(".") for name in folders)
             folders[:] = [name for name in folders if not name.startswith(".") and not (
                 out is not None and _url_within(store.join(prefix, name), out))]
@@ -242,11 +262,41 @@ def _collect_url(argument: str, recursive: bool, out_url: str | None,
                     found.append(_item(store.join(prefix, name), argument, argument))
                 else:
                     collected.passed_over += 1
+        for url, size in unnamed:
+            _count_unnamed(url, size, argument, collected)
         return found
     except store.StoreError:
         raise
     except OSError as error:
         raise InputError(f"cannot list {argument!r}: {store.describe(error)}") from None
+
+
+def _refuse_missing_bucket(argument: str) -> None:
+    """An input URL that names nothing because its bucket does not exist: say so."""
+    missing = store.missing_bucket(argument)
+    if missing is not None:
+        raise InputError(f"input {argument!r}: {missing}")
+
+
+def _count_unnamed(url: str, size: int | None, argument: str, collected: Collected) -> None:
+    """Count an object whose key has an empty segment (:func:`guidedbp.io.store.walk`'s
+    ``odd``) as a file in a folder is counted: an empty one whose key ends in ``/`` is a
+    folder marker (what a console's "create folder" writes), passed over as other objects
+    that are no images; a hidden image is hidden; an image, or an object with something in
+    it whose key ends in ``/`` (no name, so no extension to judge it by), is skipped with
+    :data:`EMPTY_SEGMENT`."""
+    name = url.rsplit("/", 1)[-1]
+    if url.endswith("/") and size == 0:
+        collected.passed_over += 1
+    elif name.startswith("."):
+        collected.hidden += is_image_path(name)
+    elif url.endswith("/") or is_image_path(name):
+        below = url[len(argument.rstrip("/")) + 1:]  # as it is: for the shard's hash alone
+        stem = "/".join(part for part in (root_name(argument), below) if part)
+        reason = UNLISTABLE if size is None else EMPTY_SEGMENT
+        collected.skipped.append(InputItem(url, stem, argument, argument, skipped=reason))
+    else:
+        collected.passed_over += 1
 
 
 def _url_within(url: str, prefix: str) -> bool:

@@ -19,6 +19,7 @@ import os
 import secrets
 import time
 
+from guidedbp._json import dumps as strict_json  # NaN and infinities as null
 from guidedbp.errors import GuidedbpError
 from guidedbp.io import store
 
@@ -52,7 +53,7 @@ class ManifestWriter:
         self._size = 0
 
     def write(self, record: dict) -> None:
-        line = (json.dumps(record, sort_keys=False) + "\n").encode("utf-8", "surrogateescape")
+        line = (strict_json(record) + "\n").encode("utf-8", "surrogateescape")
         try:
             written = os.write(self._descriptor, line)
         except OSError as error:
@@ -117,7 +118,7 @@ class PartsManifestWriter:
         self._closed = False
 
     def write(self, record: dict) -> None:
-        self._pending.append((json.dumps(record, sort_keys=False) + "\n")
+        self._pending.append((strict_json(record) + "\n")
                              .encode("utf-8", "surrogateescape"))
         if len(self._pending) >= self.every:
             self.flush()

@@ -342,7 +342,9 @@ def _read_records(output: str, manifest: str) -> list[dict]:
         try:
             return read_manifest(path)
         except FileNotFoundError:
-            raise ReportError(f"{path}: no manifest to report on (an explain run writes "
+            missing = store.missing_bucket(output)
+            raise ReportError(f"{output}: {missing}" if missing is not None else
+                              f"{path}: no manifest to report on (an explain run writes "
                               "one)") from None
         except OSError as error:
             raise ReportError(f"{path}: cannot read it ({store.describe(error)})") from None

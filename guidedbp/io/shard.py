@@ -23,9 +23,10 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from guidedbp._json import dumps as strict_json
 from guidedbp._text import one_line
 from guidedbp.errors import GuidedbpError
-from guidedbp.io import store
+from guidedbp.io import made_by, store
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.manifest import check_own_manifest
 from guidedbp.io.write import atomic_write_bytes
@@ -119,7 +120,9 @@ def _shard_files(folder: str) -> dict[int, _ShardFile]:
         _check_regular_file(path)
         by_count.setdefault(count, {})[index] = _ShardFile(path, index, count)
     if not by_count:
-        raise ShardError(f"no manifest-K-of-N.jsonl files in {folder}")
+        missing = store.missing_bucket(folder) if store.is_url(folder) else None
+        raise ShardError(f"{folder}: {missing}" if missing is not None else
+                         f"no manifest-K-of-N.jsonl files in {folder}")
     if len(by_count) > 1:
         counts = ", ".join(f"of-{n}" for n in sorted(by_count))
         raise ShardError(f"shard manifests of different runs in {folder} ({counts}): keep one N")
@@ -217,6 +220,32 @@ def _json_kind(value: object) -> str:
     return kinds.get(type(value), type(value).__name__)
 
 
+def _check_made_alike(first: tuple[_ShardFile, dict], shard: _ShardFile, record: dict) -> None:
+    """Refuse a record made otherwise than the first record of the merge (by another
+    model, with other options, before fingerprints: :mod:`guidedbp.io.made_by`): one
+    merged manifest would say they are the maps of one run.
+
+    Raises:
+        ShardError: Naming both shard files and what differs.
+    """
+    usual, reference = first
+    if made_by.key(record) == made_by.key(reference):
+        return
+    ours, theirs = reference.get(made_by.FIELD), record.get(made_by.FIELD)
+    odd = shard
+    if made_by.key(reference) is None:  # the first record is the one from before
+        odd, usual, ours, theirs = usual, shard, theirs, ours
+    reason = made_by.difference(theirs, ours)
+    detail = ""
+    if reason == "model":
+        detail = f" ({theirs.get('model')!r}, not {ours.get('model')!r})"
+    unlike = usual.path if usual.path != odd.path else "its other records"
+    raise ShardError(f"shards made differently: {odd.path} holds records "
+                     f"{made_by.REASONS[reason]}{detail}, unlike {unlike}: merged they would "
+                     "not be one run (explain the odd shard again as the others were made, "
+                     "resuming it)")
+
+
 def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
     """Join ``manifest-K-of-N.jsonl`` for K = 0..N-1 into ``folder/manifest.jsonl``.
 
@@ -234,7 +263,9 @@ def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
             only as far as the files there are), a ``manifest.jsonl`` that guidedbp did
             not write or a link in its place (as ``explain`` refuses), a line that is
             not a UTF-8 JSON object with a string ``"input"`` (named by file and line),
-            an input listed twice, or a merged manifest that cannot be written.
+            an input listed twice, records made differently (``made_by``: another model,
+            other options, from before fingerprints; named by shard and reason), or a
+            merged manifest that cannot be written.
     """
     folder = os.fspath(folder)
     try:
@@ -243,6 +274,7 @@ def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
         raise ShardError(f"{folder}: cannot list it ({one_line(error.strerror or error)})") \
             from None
     records, seen = [], {}
+    first: tuple[_ShardFile, dict] | None = None  # the first record, and its shard
     for index in range(len(shards)):
         for record in _read_shard(shards[index]):
             if record["input"] in seen:
@@ -250,6 +282,8 @@ def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
                                  f"{seen[record['input']]} and {index}")
             seen[record["input"]] = index
             records.append(record)
+            first = first or (shards[index], record)
+            _check_made_alike(first, shards[index], record)
     target = store.join(folder, MERGED_MANIFEST) if store.is_url(folder) else \
         os.path.join(folder, MERGED_MANIFEST)
     try:  # as explain refuses it: a file of the user's, or a link, is never replaced
@@ -257,7 +291,7 @@ def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
     except GuidedbpError as error:
         raise ShardError(str(error)) from None
     # One JSON object per line, as ManifestWriter writes them.
-    data = "".join(json.dumps(record) + "\n" for record in records).encode("utf-8")
+    data = "".join(strict_json(record) + "\n" for record in records).encode("utf-8")
     try:
         atomic_write_bytes(target, data, durable=True)
     except OSError as error:

@@ -268,11 +268,21 @@ def honours_create(url: str) -> bool:
 
 
 @_store_errors
-def walk(url: str, recursive: bool = True) -> Iterator[tuple[str, list[str], list[str]]]:
+def walk(url: str, recursive: bool = True, odd: list[tuple[str, int | None]] | None = None
+         ) -> Iterator[tuple[str, list[str], list[str]]]:
     """``(prefix URL, sorted sub-prefix names, sorted object names)`` below ``url``,
     one prefix at a time (a listing of one prefix is held at once, never the bucket's),
     files of a prefix before its sub-prefixes, as :func:`guidedbp.io.inputs` walks
-    folders."""
+    folders.
+
+    An object whose key has an empty segment (``a//b.png``, ``a/b.png/``, ``/``) has no
+    name of its own in a prefix: it is never among the names, and with ``odd`` (a list)
+    each one below ``url`` is appended to it as ``(object URL, size)``, once its prefix is
+    walked: a prefix's own key (``a/``, the folder marker a console's "create folder"
+    writes) with the prefix, and the objects below an empty-named sub-prefix (``a//``)
+    where a recursive walk would enter it, in one listing (the store's library lists
+    such a prefix only through ``find(path, prefix="/")``, as s3fs and gcsfs do).
+    """
     fs = filesystem(url)
     protocol = scheme(url)
     stack = [_path(url).rstrip("/")]
@@ -282,8 +292,14 @@ def walk(url: str, recursive: bool = True) -> Iterator[tuple[str, list[str], lis
             entries = fs.ls(current, detail=True)
         except FileNotFoundError:
             continue
-        folders, files = [], []
+        folders, files, unnamed = [], [], False
         for entry in entries:
+            if entry["name"].rstrip("/") == current:  # the key current/, or current// ...
+                if entry.get("type") == "directory":
+                    unnamed = True
+                elif odd is not None:
+                    odd.append((f"{protocol}://{current}/", entry.get("size")))
+                continue
             name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
             if entry.get("type") == "directory":
                 folders.append(name)
@@ -293,8 +309,51 @@ def walk(url: str, recursive: bool = True) -> Iterator[tuple[str, list[str], lis
         folders.sort()
         files.sort()
         yield f"{protocol}://{current}", folders, files
+        if unnamed and recursive and odd is not None:
+            odd.extend(_below_empty_segment(fs, protocol, current))
         if recursive:
             stack.extend(f"{current}/{name}" for name in reversed(folders))
+
+
+def _below_empty_segment(fs, protocol: str, prefix: str) -> list[tuple[str, int | None]]:
+    """``(URL, size)`` of every object whose key starts ``prefix//``, sorted; where the
+    store's library cannot list them, the prefix ``prefix//`` itself, size unknown."""
+    try:
+        found = fs.find(prefix, prefix="/", detail=True)
+    except TypeError:  # a library whose find takes no prefix
+        return [(f"{protocol}://{prefix}//", None)]
+    return sorted((f"{protocol}://{name}", info.get("size")) for name, info in found.items()
+                  if info.get("type", "file") == "file")
+
+
+def bucket_of(url: str) -> str:
+    """``s3://bucket`` of ``s3://bucket/key``.
+
+    >>> bucket_of("s3://photos/maps/"), bucket_of("gs://b")
+    ('s3://photos', 'gs://b')
+    """
+    return f"{scheme(url)}://{_path(url).split('/', 1)[0]}"
+
+
+def missing_bucket(url: str) -> str | None:
+    """``"the bucket 's3://b' does not exist"`` where the bucket of ``url`` does not, else
+    ``None``: what to say when a URL names nothing (one HEAD request)."""
+    return None if bucket_exists(url) else f"the bucket {bucket_of(url)!r} does not exist"
+
+
+@_store_errors
+def bucket_exists(url: str) -> bool:
+    """Whether the bucket (container) of ``url`` exists: ``False`` only where the store
+    says there is no such bucket (one HEAD request).
+
+    Raises:
+        OSError: The store refused to say (``PermissionError``: access denied).
+    """
+    try:
+        filesystem(url).info(_path(bucket_of(url)))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 @_store_errors

@@ -13,6 +13,7 @@ from pathlib import Path
 from guidedbp.caveats import NO_RESCALING, UNTRAINED_WEIGHTS, Caveat
 from guidedbp.errors import ModelLoadError
 from guidedbp.models.preprocess import PREPROCESS_MODES
+from guidedbp.models.scaling import rescales_itself
 
 __all__ = [
     "DEFAULT_FILE_PREPROCESS",
@@ -20,6 +21,7 @@ __all__ = [
     "MAX_INPUT_ELEMENTS",
     "NO_RESCALING_NOTE",
     "RANDOM_WEIGHTS_NOTE",
+    "UNCHECKED_RESCALING_NOTE",
     "LoadedModel",
     "check_input_size",
 ]
@@ -84,8 +86,9 @@ class LoadedModel:
 
         Returns:
             A :class:`LoadedModel` with the file default preprocessing, and a note when
-            the model has no Rescaling or Normalization layer (except for
-            ``keras-application`` models, whose preprocessing is known).
+            the model has no Rescaling or Normalization layer, or when that cannot be
+            told (:func:`~guidedbp.models.scaling.rescales_itself`), except for
+            ``keras-application`` models, whose preprocessing is known.
 
         Raises:
             ModelLoadError: For a model with several inputs, non-image inputs, a
@@ -116,9 +119,17 @@ class LoadedModel:
             preprocess=DEFAULT_FILE_PREPROCESS,
             preprocess_source=FILE_PREPROCESS_SOURCE,
         )
-        if file_format != "keras-application" and not _rescales_itself(model):
-            loaded.notes.append(NO_RESCALING_NOTE)
+        if file_format != "keras-application":
+            loaded.note_scaling(rescales_itself(model))
         return loaded
+
+    def note_scaling(self, rescales: bool | None) -> None:
+        """Add the note of a model fed raw pixels by default that does not rescale them
+        (``rescales`` ``False``: :data:`NO_RESCALING_NOTE`) or where that could not be
+        told (``None``: :data:`UNCHECKED_RESCALING_NOTE`)."""
+        if rescales is not True:
+            self.notes.append(NO_RESCALING_NOTE if rescales is False
+                              else UNCHECKED_RESCALING_NOTE)
 
     @property
     def caveats(self) -> tuple[Caveat, ...]:
@@ -136,6 +147,10 @@ class LoadedModel:
         if NO_RESCALING_NOTE in self.notes and preprocess == DEFAULT_FILE_PREPROCESS:
             found.append(Caveat(NO_RESCALING, "raw 0-255 pixels fed to a model with no "
                                 "Rescaling/Normalization layer: wrong if it was trained on "
+                                "scaled pixels"))
+        if UNCHECKED_RESCALING_NOTE in self.notes and preprocess == DEFAULT_FILE_PREPROCESS:
+            found.append(Caveat(NO_RESCALING, "raw 0-255 pixels fed to a model whose input "
+                                "scaling could not be checked: wrong if it was trained on "
                                 "scaled pixels"))
         return tuple(found)
 
@@ -202,16 +217,15 @@ NO_RESCALING_NOTE = ("no Rescaling/Normalization layer at the input: if the mode
                      f"on scaled pixels, pass preprocess=MODE ({_SCALING_MODES})")
 
 
+#: The note for a model whose input scaling could not be read (a SavedModel whose first
+#: ops are none :mod:`~guidedbp.models.scaling` knows, a callable with neither layers nor
+#: a graph), while no preprocessing was chosen.
+UNCHECKED_RESCALING_NOTE = (
+    "could not check whether the model rescales its input (neither its layers nor its "
+    "first ops tell): if it was trained on scaled pixels, pass preprocess=MODE "
+    f"({_SCALING_MODES})")
+
+
 #: The note for a network with random weights (``keras:NAME`` with ``weights='none'``).
 RANDOM_WEIGHTS_NOTE = ("random weights (weights='none'): maps show the edges a random network "
                        "responds to, not an explanation")
-
-
-def _rescales_itself(model) -> bool:
-    import keras
-
-    scalers = (keras.layers.Rescaling, keras.layers.Normalization)
-    for layer in model._flatten_layers(include_self=False, recursive=True):
-        if isinstance(layer, scalers):
-            return True
-    return False

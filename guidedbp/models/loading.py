@@ -23,7 +23,12 @@ from guidedbp.models import labels as labels_module
 from guidedbp.models.applications import WEIGHTS_CHOICES, load_application
 from guidedbp.models.frozen import FrozenGraph, constant_to_placeholder
 from guidedbp.models.keras_files import keras_file_format, load_keras_file
-from guidedbp.models.loaded import DEFAULT_FILE_PREPROCESS, NO_RESCALING_NOTE, LoadedModel
+from guidedbp.models.loaded import (
+    DEFAULT_FILE_PREPROCESS,
+    NO_RESCALING_NOTE,
+    UNCHECKED_RESCALING_NOTE,
+    LoadedModel,
+)
 from guidedbp.models.preprocess import PREPROCESS_MODES
 from guidedbp.models.savedmodel import is_saved_model, load_saved_model
 
@@ -142,7 +147,8 @@ def load_model(
         loaded.preprocess = preprocess
         loaded.preprocess_source = f"set by preprocess={preprocess!r}"
         # The caller chose: the hint to choose is moot.
-        loaded.notes = [note for note in loaded.notes if note != NO_RESCALING_NOTE]
+        loaded.notes = [note for note in loaded.notes
+                        if note not in (NO_RESCALING_NOTE, UNCHECKED_RESCALING_NOTE)]
     if labels is not None:
         try:
             loaded.labels = labels_module.load_labels(labels)

@@ -11,7 +11,9 @@ order, else the model's ``output_names``, else ``output_0``...
 >>> OutputInfo("seg", (None, 64, 64, 3), "softmax").targets
 ('region', 'unit', 'score')
 >>> OutputInfo("age", (None, 1), None).describe_targets()
-'unit (regression) / class (binary), score function (API)'
+'unit (a value: no sigmoid or softmax, so no class), score function (API)'
+>>> OutputInfo("cat", (None, 1), "sigmoid").targets
+('unit', 'class', 'score')
 """
 
 from __future__ import annotations
@@ -45,18 +47,21 @@ class OutputInfo:
     @property
     def classes(self) -> int:
         """How many classes a class or region target may name: ``C`` of ``(batch, C)``
-        (2 for a single unit: a binary classifier) or of ``(batch, H, W, C)``; 0 for
-        other shapes or a free ``C``."""
+        (2 for a single unit behind a sigmoid: a binary classifier; 0 with no head: a
+        value) or of ``(batch, H, W, C)``; 0 for other shapes or a free ``C``."""
         last = self.shape[-1] if len(self.shape) in (2, 4) else None
         if last is None:
             return 0
-        return 2 if len(self.shape) == 2 and last == 1 else int(last)
+        if len(self.shape) == 2 and last == 1:
+            return 2 if self.head is not None else 0
+        return int(last)
 
     @property
     def targets(self) -> tuple[str, ...]:
         """The :data:`TARGET_KINDS` that fit this output, the likeliest first.
 
-        ``(batch, 1)``: unit (a regression) or class (a binary classifier); ``(batch, C)``
+        ``(batch, 1)``: unit (a regression), and class (a binary classifier) behind a
+        sigmoid or softmax head, with none it is a value, not a class; ``(batch, C)``
         behind a softmax or sigmoid head: class, unit; ``(batch, D)`` with no head: unit,
         similar (an embedding), class (should it be a classifier's logits);
         ``(batch, H, W, C)``: region, unit; any other: unit. Every output fits a score
@@ -64,7 +69,7 @@ class OutputInfo:
         """
         rank = len(self.shape)
         if rank == 2 and self.shape[1] == 1:
-            kinds = ("unit", "class")
+            kinds = ("unit", "class") if self.head is not None else ("unit",)
         elif rank == 2 and self.head is not None:
             kinds = ("class", "unit")
         elif rank == 2:
@@ -77,7 +82,9 @@ class OutputInfo:
 
     def describe_targets(self) -> str:
         """:attr:`targets` in words: ``"region, unit, score function (API)"``."""
-        if len(self.shape) == 2 and self.shape[1] == 1:
+        if len(self.shape) == 2 and self.shape[1] == 1 and self.head is None:
+            fitting = ["unit (a value: no sigmoid or softmax, so no class)"]
+        elif len(self.shape) == 2 and self.shape[1] == 1:
             fitting = ["unit (regression) / class (binary)"]
         elif len(self.shape) == 2 and self.head is None:
             fitting = ["unit", "similar", "class (if logits)"]

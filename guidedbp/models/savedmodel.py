@@ -25,6 +25,7 @@ from guidedbp.models.loaded import (
     LoadedModel,
     check_input_size,
 )
+from guidedbp.models.scaling import rescales_itself
 
 __all__ = ["is_saved_model", "load_saved_model"]
 
@@ -61,7 +62,10 @@ def load_saved_model(
             printing...): for SavedModels you trust.
 
     Returns:
-        A :class:`~guidedbp.models.loaded.LoadedModel` of format ``"savedmodel"``.
+        A :class:`~guidedbp.models.loaded.LoadedModel` of format ``"savedmodel"``, with
+        a note where its first ops do not rescale the pixels or where that cannot be
+        told (:mod:`~guidedbp.models.scaling`), as a Keras model without a Rescaling
+        layer has.
 
     Raises:
         ModelLoadError: With a one-line reason: unreadable, ops off the list, no such
@@ -169,6 +173,7 @@ def load_saved_model(
         preprocess_source=FILE_PREPROCESS_SOURCE,
     )
     loaded.notes += left_out
+    loaded.note_scaling(rescales_itself(graph))  # its first ops, as a Keras model's layers
     if wrapped:
         loaded.notes.append(
             f"{wrapped} custom gradient(s) saved with the model wrap ops other than "

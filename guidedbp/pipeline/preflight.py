@@ -37,7 +37,9 @@ class CheckedRun:
     Attributes:
         output: OUT.
         options: The run's options.
-        items: The images to explain (of this shard, with ``shard``), in order.
+        items: The images to explain (of this shard, with ``shard``), in order, then
+            the objects listed on a store that are skipped, each with its reason
+            (:attr:`~guidedbp.io.inputs.InputItem.skipped`): each gets a record.
         passed_over: Files in input folders that are not images.
         hidden: Images and folders in input folders skipped as hidden (``.name``).
     """
@@ -90,13 +92,21 @@ def check_run(
         skipped = [plural(collected.passed_over, "other file") + " passed over"]
         if collected.hidden:
             skipped.append(f"{hidden_phrase(collected.hidden)} skipped")
+        if collected.skipped:
+            first = collected.skipped[0]
+            skipped.append(f"{plural(len(collected.skipped), 'object')} skipped, "
+                           f"{first.path!r} as {first.skipped}")
         raise NoImagesError(f"no images found in {', '.join(names)} ({', '.join(skipped)})")
-    items = collected.items
+    # The skipped objects last, each to get its record: the images' batches stay the same.
+    items = collected.items + collected.skipped
     if options.inputs.shard is not None:  # an empty shard still writes its (empty) manifest
         items = select_shard(items, *options.inputs.shard)
     if options.output.figure is not None:
         require_matplotlib()
     mask_dir = options.classes.mask_dir
+    missing = store.missing_bucket(mask_dir) if store.is_url(mask_dir) else None
+    if missing is not None:
+        raise GuidedbpError(f"mask_dir={mask_dir!r}: {missing}")
     if mask_dir is not None and not (store.is_prefix(mask_dir) if store.is_url(mask_dir)
                                      else os.path.isdir(mask_dir)):
         raise GuidedbpError(f"mask_dir={mask_dir!r} is not a folder: region masks lie in a "
@@ -156,11 +166,11 @@ def check_output(output: str, manifest_name: str, create: bool = True) -> list[s
 def _check_store_output(output: str, manifest_name: str) -> None:
     """OUT on a store: its bucket answers, and its manifest and lock, if any, are
     guidedbp's."""
-    bucket = output.split("://", 1)[0] + "://" + output.split("://", 1)[1].split("/", 1)[0]
     try:
-        if not store.is_prefix(bucket):
-            raise GuidedbpError(f"cannot write to {output!r}: no bucket {bucket!r} (or no "
-                                "access to it)")
+        missing = store.missing_bucket(output)
+        if missing is not None:
+            raise GuidedbpError(f"cannot write to {output!r}: {missing} (guidedbp creates "
+                                "none)")
         check_lock_object(output, manifest_name)
     except OSError as error:
         raise GuidedbpError(f"cannot reach {output!r}: {store.describe(error)}") from None

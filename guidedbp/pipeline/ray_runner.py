@@ -199,6 +199,16 @@ def _prepare_row(row: dict, plan: Plan) -> dict:
     return {"batch": row["batch"], "prepared": pickle.dumps(prepared)}
 
 
+def draw_as_workers(load: dict) -> None:
+    """Before a model is loaded with ``load``: a random network (``keras:NAME``,
+    ``weights='none'``) is drawn once per process, and one seed makes every worker, and
+    the driver (whose records name its content digest), draw the same one."""
+    if str(load.get("weights")).lower() == "none":
+        import keras
+
+        keras.utils.set_random_seed(0)
+
+
 class ExplainWorker:
     """A Ray actor: loads the model and traces the engine once, then explains batches."""
 
@@ -211,12 +221,7 @@ class ExplainWorker:
         from guidedbp.api import Explainer
         from guidedbp.models.loading import load_model
 
-        if str(recipe.load.get("weights")).lower() == "none":
-            # A random network (keras:NAME, weights='none') is drawn once per process:
-            # one seed makes every worker draw the same one.
-            import keras
-
-            keras.utils.set_random_seed(0)
+        draw_as_workers(recipe.load)
         loaded = load_model(recipe.model, **recipe.load)
         self.plan = plan
         self.explainer = Explainer(loaded, plan.options.methods, options=plan.options.method,

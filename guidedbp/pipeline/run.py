@@ -29,6 +29,7 @@ from guidedbp.io.report import write_report
 from guidedbp.models.labels import resolve_class
 from guidedbp.models.loading import LoadedModel, load_model
 from guidedbp.models.preprocess import prepare
+from guidedbp.pipeline.fingerprint import made_by
 from guidedbp.pipeline.local import run_local
 from guidedbp.pipeline.naming import label_of
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, IMAGE_OPTIONS, RunOptions
@@ -39,7 +40,8 @@ from guidedbp.pipeline.preflight import (  # noqa: F401 (NoImagesError: guidedbp
     check_run,
     remove_created,
 )
-from guidedbp.pipeline.stages import Feed, Plan, Summary, carried_over
+from guidedbp.pipeline.resume import Resumed, carried_over
+from guidedbp.pipeline.stages import Feed, Plan, Summary
 from guidedbp.pipeline.targets import model_outputs, plan_targets, select_output
 from guidedbp.pipeline.writing import record
 
@@ -158,6 +160,10 @@ def _loaded(model, load: dict | None) -> LoadedModel:
 def _run(model, load, options, output, manifest, items, runner, cluster, progress, started):
     with output_lock(output, options.manifest) as lock:
         earlier = read_earlier(manifest)
+        if runner == "ray":
+            from guidedbp.pipeline.ray_runner import draw_as_workers
+
+            draw_as_workers(load or {})  # the very network the workers build: its digest
         loaded = _loaded(model, load)
         wanted = options.classes
         outputs = model_outputs(loaded.model)
@@ -168,10 +174,12 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
                               progress=getattr(progress, "passes", None))
         report = explainer.report  # traces once: a bad layer fails here
         fallback = tuple(report.output_shape) or (None, report.num_classes)
+        value = explainer.reads_a_value()  # one unit, no sigmoid or softmax: no class
         targets = plan_targets(wanted, outputs or model_outputs(loaded.model, fallback),
-                               loaded.labels)
-        num_classes = report.num_classes if targets is None else _classes_of(targets.shape)
-        for note in _notes(loaded, num_classes):
+                               loaded.labels, value)
+        num_classes = (report.num_classes if targets is None
+                       else 0 if value else _classes_of(targets.shape))
+        for note in [*_notes(loaded, num_classes), *(targets.notes if targets else ())]:
             warnings.warn(note, ModelWarning, stacklevel=3)
         classes = () if targets is not None else tuple(
             resolve_class(spec, loaded.labels, num_classes) for spec in wanted.classes)
@@ -180,11 +188,14 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
         owned = frozenset(path for record in earlier.values()
                           for target in record["targets"] if isinstance(target, dict)
                           for path in _paths_of(target))
+        named = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
         plan = Plan(output, options, Feed.of(loaded), classes, num_classes, owned,
                     guided=report.as_dict()["by_rule"], targets=targets,
-                    conditional=getattr(lock, "conditional", None) is True)
-        carried = carried_over(plan, items, earlier) if options.output.skip_existing else {}
-        carried.update(_clashes(plan, items))
+                    conditional=getattr(lock, "conditional", None) is True,
+                    made_by=made_by(loaded, options, load, named))
+        resumed = carried_over(plan, items, earlier) if options.output.skip_existing \
+            else Resumed()
+        carried = {**resumed.carried, **_clashes(plan, items)}
         if hasattr(progress, "begin"):
             progress.begin(len(items))
         loading = time.perf_counter() - started
@@ -195,6 +206,7 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
             summary = run_on_ray(plan, recipe, items, cluster or Cluster(), progress, carried)
         else:
             summary = run_local(plan, explainer, items, progress, carried)
+        summary.recomputed = resumed.recomputed
         if options.output.report and options.inputs.shard is None:
             # Under the lock: a second run must not start while the page is written.
             summary.report = _report(output, options.manifest)
@@ -221,6 +233,8 @@ def _clashes(plan: Plan, items: list) -> dict[str, dict]:
     failed = {}
     for item in items:
         key = item.output_stem.casefold()
+        if item.skipped is not None:  # writes nothing
+            continue
         if key in seen:
             failed[item.path] = record(plan, item, "error", (
                 f"its output names differ from those of {seen[key]!r} only in letter case, "

@@ -4,7 +4,8 @@
                 -> outcome (render, write) -> manifest record
 
 Every runner (the local streaming runner, the Ray runner) calls these same
-functions (the last, writing, in :mod:`~guidedbp.pipeline.writing`); only where and
+functions (the last, writing, in :mod:`~guidedbp.pipeline.writing`; which earlier
+records a resumed run carries over, in :mod:`~guidedbp.pipeline.resume`); only where and
 when they run differs. A stage needs the plan and its
 own inputs, never a runner's object: decoding needs the model's input shape and
 preprocessing (in the plan), explaining needs an explainer, writing needs neither.
@@ -20,17 +21,15 @@ import numpy as np
 
 from guidedbp._text import one_line
 from guidedbp.caveats import Caveat
-from guidedbp.figures import is_own_figure
 from guidedbp.io import store
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem
-from guidedbp.io.write import is_own_png, is_whole_png
 from guidedbp.models.preprocess import draft_side, resize_picture
 from guidedbp.models.preprocess import prepare as fit_and_preprocess
 from guidedbp.pipeline.masks import MaskError, find_mask, read_mask, reference_input
 from guidedbp.pipeline.naming import Naming
 from guidedbp.pipeline.options import RunOptions
-from guidedbp.pipeline.targets import PlannedTarget, TargetPlan, file_digest, ranked_target
+from guidedbp.pipeline.targets import PlannedTarget, TargetPlan
 
 
 @dataclass(frozen=True)
@@ -77,6 +76,8 @@ class Plan:
         conditional: OUT is on a store that honours conditional writes (``If-None-Match:
             *``, found out by the run's lock): outputs are written by conditional PUTs,
             and only an object already there is checked before it is replaced.
+        made_by: What makes the run's maps (:mod:`~guidedbp.pipeline.fingerprint`), in
+            every record; computed once, on the driver.
     """
 
     output: str
@@ -88,6 +89,7 @@ class Plan:
     guided: dict = field(default_factory=dict)
     targets: TargetPlan | None = None
     conditional: bool = False
+    made_by: dict = field(default_factory=dict)
 
     @property
     def naming(self) -> Naming:
@@ -147,6 +149,10 @@ class Summary:
     output: str = ""
     manifest: str = "manifest.jsonl"
     report: str | None = None  # the run's index.html, when one was written
+    # Inputs with an earlier ok record recomputed, by reason (guidedbp.io.made_by.REASONS)
+    recomputed: dict[str, int] = field(default_factory=dict)
+    # Objects no output path can name (InputItem.skipped): (input, reason), recorded skipped
+    unusable: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -159,7 +165,9 @@ class Summary:
         run)."""
         if record["status"] == "error":
             self.failures.append((record["input"], record["error"]))
-        elif skipped or record["status"] == "skipped":
+        elif record["status"] == "skipped":
+            self.unusable.append((record["input"], record["error"]))
+        elif skipped:
             self.skipped += 1
         else:
             self.done += 1
@@ -172,110 +180,6 @@ def batched(items: list, size: int) -> list[list]:
 
 
 # -- prepare -----------------------------------------------------------------------------
-
-
-def carried_over(plan: Plan, items: list[InputItem], earlier: dict[str, dict]) -> dict:
-    """Resuming: the inputs whose earlier record and outputs still describe them, with
-    those records (input path -> record), so they are neither decoded nor computed.
-
-    An input is carried over only when its earlier record is ``ok`` for the same
-    methods and classes, names exactly the outputs this run would write, and every
-    one of those files is whole (a PNG that ends in IEND and carries guidedbp's mark,
-    an ``.npy`` with its header): the resumed manifest then holds the same records an
-    uninterrupted run writes. Anything less is recomputed.
-    """
-    by_path = {_same_file_key(path): record for path, record in earlier.items()}
-    carried = {}
-    for item in items:
-        record = by_path.get(_same_file_key(item.path))
-        if record is not None and _still_valid(plan, item, record):
-            # As this run names it; a record from before caveats were recorded lists none.
-            carried[item.path] = {"caveats": [], **record, "input": item.path}
-    return carried
-
-
-def _same_file_key(path: str) -> str:
-    """An earlier record's input and this run's, however spelled (``a/../a/x.png``);
-    its outputs must still be the ones this run names (:func:`_still_valid`)."""
-    return path if store.is_url(path) else os.path.normpath(os.path.abspath(path))
-
-
-def _scopes(guided) -> dict:
-    """Rule -> scope of a record's or a plan's ``guided`` field."""
-    if not isinstance(guided, dict):
-        return {}
-    return {rule: value.get("guide") if isinstance(value, dict) else None
-            for rule, value in guided.items()}
-
-
-def _still_valid(plan: Plan, item: InputItem, record: dict) -> bool:
-    options, naming = plan.options, plan.naming
-    targets = record.get("targets") or []
-    if record.get("status") != "ok" or record.get("method") != ",".join(options.methods):
-        return False
-    if _scopes(record.get("guided")) != _scopes(plan.guided):
-        return False  # another --guide (or a manifest from before it): other maps
-    if not all(isinstance(target, dict) for target in targets):
-        return False
-    slugs = _same_targets(plan, item, targets)
-    if slugs is None:
-        return False
-    for target, slug in zip(targets, slugs):
-        outputs, raw = naming.paths(item.output_stem, slug)
-        if target.get("outputs") != outputs or target.get("raw") != raw:
-            return False
-        if not all(_is_own_output(os.path.join(plan.output, path)) for path in outputs.values()):
-            return False
-        if not all(is_npy(os.path.join(plan.output, path))
-                   for _, path in naming.raw_items(raw)):
-            return False
-    return True
-
-
-def _same_targets(plan: Plan, item: InputItem, targets: list[dict]) -> list | None:
-    """The file-name part of each of an earlier record's targets when they are the ones
-    this run explains (the same classes, or the same targets of the same model output,
-    mask file contents and reference), else ``None``."""
-    options, wanted = plan.options, plan.targets
-    classes = [target.get("class") for target in targets]
-    if wanted is None or not wanted.targets:  # classes: listed, ranked or the top one
-        top_k = wanted.top_k if wanted is not None else options.classes.top_k
-        if plan.classes:
-            same = list(plan.classes) == classes
-        elif top_k:
-            same = len(classes) == min(top_k, plan.num_classes or len(classes))
-        else:
-            same = len(classes) == 1
-        if not same or not all(isinstance(c, int) for c in classes):
-            return None
-        if wanted is None:  # a plain class run: its records name no target
-            return classes if not any("target" in target for target in targets) else None
-        expected = [wanted.identity(ranked_target(c, plan.feed.labels)) for c in classes]
-        slugs = classes
-    else:
-        if len(targets) != len(wanted.targets):
-            return None
-        mask = (None, None)
-        if wanted.mask_dir is not None:
-            try:
-                path, relative = find_mask(wanted.mask_dir, item)
-                mask = (relative, file_digest(path))
-            except (MaskError, OSError):
-                return None
-        expected = [wanted.identity(target, *mask) for target in wanted.targets]
-        slugs = [target.slug for target in wanted.targets]
-    for target, identity in zip(targets, expected):
-        found = target.get("target")
-        if not isinstance(found, dict) or {key: found.get(key) for key in identity} != identity:
-            return None
-    return slugs
-
-
-def _is_own_output(path: str) -> bool:
-    """Whether ``path`` is a whole picture or figure that guidedbp wrote."""
-    if path.endswith(".png"):
-        return is_whole_png(path) and is_own_png(path)
-    return is_own_figure(path)
 
 
 def is_npy(path: str) -> bool:
@@ -296,7 +200,7 @@ def is_npy(path: str) -> bool:
 def prepare(plan: Plan, item: InputItem, carried: dict | None = None) -> Prepared:
     """Decode, fit and preprocess one input (or pass on its ``carried`` earlier record)."""
     prepared = Prepared(item, carried=carried)
-    if carried is not None:
+    if carried is not None or item.skipped is not None:
         return prepared  # neither decoded nor computed
     inputs = plan.options.inputs
     try:

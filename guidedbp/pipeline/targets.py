@@ -222,8 +222,11 @@ class TargetPlan:
         top_k: Classes ranked per image when ``targets`` is empty.
         output: The model output read (``model_output``), ``None`` for the only one.
         shape: That output's shape.
-        mask_dir: The region masks' folder (absolute), or ``None``.
+        mask_dir: The region masks' folder (absolute, or a URL), or ``None``.
         named: Whether output file names carry the target.
+        notes: What a user should know about how the targets were chosen (one line
+            each, in option words): a one-unit output's value explained for want of a
+            class (:data:`VALUE_NOTE`).
     """
 
     targets: tuple[PlannedTarget, ...]
@@ -232,6 +235,7 @@ class TargetPlan:
     shape: tuple = ()
     mask_dir: str | None = None
     named: bool = False
+    notes: tuple[str, ...] = ()
 
     @property
     def has_regions(self) -> bool:
@@ -251,16 +255,29 @@ class TargetPlan:
         return record
 
 
-def plan_targets(options, outputs: tuple[ModelOutput, ...], labels) -> TargetPlan | None:
+#: Said when a run names no target on an output that is a value: one unit, no sigmoid or
+#: softmax head (``Explainer.reads_a_value``).
+VALUE_NOTE = ("one output unit with no sigmoid or softmax: explaining its value (unit:0), not "
+              "a class; targets=unit:0 says so explicitly")
+
+
+def plan_targets(options, outputs: tuple[ModelOutput, ...], labels, value: bool = False
+                 ) -> TargetPlan | None:
     """Check what a run's :class:`~guidedbp.pipeline.options.ClassOptions` ask of the
     model and resolve its targets; ``None`` for a plain class run (no targets, no model
     output named), which reads the model's one ``(batch, classes)`` output as ever.
+
+    ``value``: the output read is one unit with no sigmoid or softmax head (the engine's
+    ``Explainer.reads_a_value``), a value and not a class: a run that names no target
+    explains ``unit:0`` (with :data:`VALUE_NOTE`, its files named as a plain run's), and
+    a class or ``top_k`` is refused.
 
     Raises:
         ArgumentError: One line for each combination that cannot mean anything: an
             unknown output, a class target (or ``top_k``) on an output that is no
             ``(batch, classes)``, or on a model with several outputs and none chosen,
-            ``top_k`` beside other targets, a region on an output that is no
+            ``top_k`` beside other targets, a class or ``top_k`` of an output that is a
+            value, a region on an output that is no
             ``(batch, H', W', classes)``, a unit out of range, a class or region class
             that does not exist, ``mask_dir`` with no region target, a reference image
             that cannot be read, two targets that would write the same files.
@@ -277,6 +294,20 @@ def plan_targets(options, outputs: tuple[ModelOutput, ...], labels) -> TargetPla
                             f"({', '.join(map(str, outputs))}): choose one with "
                             "model_output=NAME_OR_INDEX")
     where = f"the model's output {chosen.name!r} has shape {_shape(chosen.shape)}"
+    if value:  # one unit, no sigmoid or softmax head: its value is no class
+        refused = (f"top_k={options.top_k}" if options.top_k else
+                   next((f"classes={spec.value}" if spec.value in options.classes
+                         else f"targets={spec.text}" for spec in specs
+                         if spec.kind == "class"), None))
+        if refused is not None:
+            raise ArgumentError(f"{refused}: the model's output {chosen.name!r} has one unit and "
+                                "no sigmoid or softmax head: it is a value, not a class; "
+                                "explain it with targets=unit:0")
+        if not specs:
+            return TargetPlan((PlannedTarget("unit", "unit:0", 0, unit=0,
+                                             slug=target_slug("unit", 0)),),
+                              1, options.model_output, chosen.shape, named=False,
+                              notes=(VALUE_NOTE,))
     if options.top_k and others:
         raise ArgumentError(f"top_k={options.top_k} ranks the classes of a (batch, classes) "
                             f"output: it cannot go with targets={others[0].text} ({where})")
@@ -296,9 +327,15 @@ def plan_targets(options, outputs: tuple[ModelOutput, ...], labels) -> TargetPla
         return None
     resolved = tuple(_resolve(spec, chosen, labels, options.classes) for spec in specs)
     _check_unique(resolved)
-    mask_dir = None if options.mask_dir is None else os.path.abspath(options.mask_dir)
+    mask_dir = None if options.mask_dir is None else _absolute(options.mask_dir)
     return TargetPlan(resolved, options.top_k or 1, options.model_output, chosen.shape,
                       mask_dir, named=bool(resolved or options.top_k))
+
+
+def _absolute(path: str) -> str:
+    """A local path made absolute; an object-store URL as it is (``s3://b/masks`` is no
+    folder ``s3:`` of the working directory)."""
+    return path if store.is_url(path) else os.path.abspath(path)
 
 
 def _fitting(shape: tuple) -> str:
@@ -338,7 +375,7 @@ def _resolve(spec: TargetSpec, output: ModelOutput, labels, classes: tuple) -> P
         flat = _flat_unit(spec, shape, where, given)
         return PlannedTarget("unit", spec.text, flat, unit=spec.value,
                              slug=target_slug("unit", spec.value))
-    path = os.path.abspath(spec.value)
+    path = _absolute(spec.value)
     return PlannedTarget("similar", spec.text, None, reference=spec.value, reference_path=path,
                          reference_sha256=_reference_digest(path, given),
                          slug=target_slug("similar", os.path.basename(spec.value)))

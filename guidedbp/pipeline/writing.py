@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from guidedbp._text import one_line
-from guidedbp.caveats import Caveat, unique
+from guidedbp.caveats import NON_FINITE_SCORE, Caveat, unique
 from guidedbp.engine.methods import method
 from guidedbp.figures import is_own_figure, is_whole_figure
 from guidedbp.io import store
@@ -38,16 +38,36 @@ def outcome(plan: Plan, prepared: Prepared, explained: list[Explained] | None) -
     no memory left) fails that input, not the run.
     """
     item = prepared.item
+    if item.skipped is not None:  # an object no output path can name: why, in "error"
+        return record(plan, item, "skipped", item.skipped, [])
     if prepared.error is not None:
         return record(plan, item, "error", prepared.error, [])
     if prepared.carried is not None:
         return prepared.carried
+    reason = _not_drawable(explained or [])
+    if reason is not None:  # found before any file is written: nothing half-written
+        return record(plan, item, "error", reason, [])
     try:
         return _write(plan, prepared, explained)
     except (OSError, ValueError) as error:
         return record(plan, item, "error", one_line(error), [])
     except MemoryError:
         return record(plan, item, "error", "out of memory while rendering its maps", [])
+
+
+def _not_drawable(explained: list[Explained]) -> str | None:
+    """Why an input's maps are not written, or ``None``: a target whose score is not
+    finite (the model's output overflows: its maps mean nothing, and a record of them
+    would hold no score), or a map with NaN or infinite values (no render draws it)."""
+    for entry in explained:
+        for caveat in entry.caveats:
+            if caveat.code == NON_FINITE_SCORE:
+                return f"{caveat.text}; no maps written"
+    for entry in explained:
+        for name, values in entry.maps.items():
+            if not np.isfinite(values).all():
+                return f"its {name} map has NaN or infinite values; no maps written"
+    return None
 
 
 def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
@@ -231,8 +251,9 @@ def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict,
 def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict],
            caveats: list[Caveat] | tuple[Caveat, ...] = ()) -> dict:
     """One input's manifest record; the first target's fields are repeated at the top,
-    and ``caveats`` (every class's, without repeats) are listed as
-    ``{"code", "text"[, "method"]}`` objects."""
+    ``caveats`` (every class's, without repeats) are listed as
+    ``{"code", "text"[, "method"]}`` objects, and ``made_by`` says what made its maps
+    (:mod:`guidedbp.io.made_by`)."""
     first = targets[0] if targets else {}
     return {
         "input": item.path,
@@ -247,4 +268,5 @@ def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict],
         "raw": first.get("raw"),
         "targets": targets,
         "caveats": [caveat.as_record() for caveat in unique(caveats)],
+        "made_by": plan.made_by,
     }

@@ -38,7 +38,12 @@ def _select(maps: Mapping[str, np.ndarray], methods) -> dict[str, np.ndarray]:
 
 
 def _caption(result) -> str:
-    """The panel's caption: ``"circle (class 0) p=0.998"``, or ``"class 3 p=0.500"``."""
+    """The panel's caption: ``"circle (class 0) p=0.998"``, or ``"class 3 p=0.500"``; a
+    target that is no class by its label and score (``"unit:0 = 0.823"``: a regressor's
+    value, explained for want of a class)."""
+    explained = getattr(getattr(result, "explanation", None), "target", None)
+    if explained is not None and getattr(explained, "kind", "class") != "class":
+        return f"{explained.label} = {float(result.explanation.logits[0]):.3g}"
     target, label = int(result.target), result.label
     named_class = f"{label} (class {target})" if label else f"class {target}"
     return f"{named_class} p={float(result.probability):.3f}"
