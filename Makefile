@@ -1,7 +1,9 @@
-# Every target builds .venv/ at the repo root first if it is missing.
+# Every target builds .venv/ at the repo root first if it is missing. make demo installs what
+# the demo needs (guidedbp and the plot extra); make test adds the test extras.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+DEMO_STAMP := $(VENV)/.demo-installed
 STAMP := $(VENV)/.installed
 
 # The peer library, Xplique, in its own venv: `pip install xplique` pins TensorFlow <= 2.20,
@@ -14,20 +16,29 @@ PEER_PYTHON ?= $(firstword $(shell for p in $(PYTHON) \
 	$$p -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))' \
 	2>/dev/null && echo $$p; done))
 
-.PHONY: install test test-pythons test-peers peer-venv bench demo demo-model eval clean
+.PHONY: install test test-all test-pythons test-peers peer-venv bench demo demo-model eval docs clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[plot]"
+	touch $(DEMO_STAMP)
+
+$(STAMP): $(DEMO_STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test,ray,plot,segments]"
 	touch $(STAMP)
 
-# Two pytest workers, one test file each (module fixtures are built once). Tests marked
-# `peer` (they need build/xplique-venv) are deselected: make test-peers runs them.
+# Two pytest workers, one test file each (module fixtures are built once). make test leaves
+# out the tests marked `heavy` (under 6 minutes on 2 cores); make test-all, which CI runs,
+# has them too. Tests marked `peer` (they need build/xplique-venv): make test-peers.
 test: $(STAMP)
-	$(PY) -m ruff check guidedbp tests benchmarks
+	$(PY) -m ruff check guidedbp tests benchmarks docs/hooks
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not peer and not heavy" --durations=25
+
+test-all: $(STAMP)
+	$(PY) -m ruff check guidedbp tests benchmarks docs/hooks
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not peer" --durations=25
 
 # guidedbp's metrics against Xplique 2.0.2's on the same model and maps (-s prints the
@@ -53,9 +64,22 @@ test-pythons: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py
 
+# The documentation site (mkdocs.yml, pages under docs/) into build/site: --strict makes every
+# warning an error (a broken link or anchor, an API name that does not exist). The docs extra
+# goes into .venv/ once, with its own stamp.
+DOCS_STAMP := $(VENV)/.docs-installed
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d build/site
+	@echo "Open build/site/index.html."
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
 # The main job on the bundled default model: panels for the sample shapes the package ships
 # (the same as `guidedbp explain demo sample_images/shapes --render panel,overlay`).
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/guidedbp demo -o demo-out
 	@echo "Open demo-out/index.html (one samples/*.panel.png per shape: original | color | gray | overlay)."
 

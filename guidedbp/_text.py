@@ -53,3 +53,27 @@ def some_of(names, limit: int = 12, last: bool = False) -> str:
     if last:
         return f"... {', '.join(names[-limit:])} ({len(names)} in all)"
     return f"{', '.join(names[:limit])}, ... ({len(names)} in all)"
+
+
+def method_at_layer(name: str, layers: dict) -> str:
+    """A method as a caption names it: ``"gradcam at conv_1"`` for a class activation
+    map (``layers``: its layer by method), the name alone for any other.
+
+    >>> method_at_layer("gradcam", {"gradcam": "conv_1"}), method_at_layer("guided", {})
+    ('gradcam at conv_1', 'guided')
+    """
+    return f"{name} at {layers[name]}" if name in layers else name
+
+
+def layer_note(methods, layers: dict) -> str:
+    """What a caption naming no method adds for the class activation maps among
+    ``methods``: ``" · gradcam, scorecam at conv_1"``; ``""`` without one.
+
+    >>> layer_note(("guided", "gradcam", "scorecam"), {"gradcam": "c", "scorecam": "c"})
+    ' · gradcam, scorecam at c'
+    """
+    by_layer: dict[str, list[str]] = {}
+    for name in methods:
+        if name in layers:
+            by_layer.setdefault(layers[name], []).append(name)
+    return "".join(f" · {', '.join(names)} at {layer}" for layer, names in by_layer.items())

@@ -44,6 +44,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+from guidedbp._text import layer_note, method_at_layer
 from guidedbp.engine import as_images
 from guidedbp.engine import methods as registry
 from guidedbp.engine.explainer import Explainer, Explanation
@@ -200,6 +201,7 @@ class SaliencyCallback(keras.callbacks.Callback):
         self._options = MethodOptions.of(None, batch_size=batch_size, **options)
         self._index_width = max(2, len(str(count - 1)))
         self.explainer: Explainer | None = None
+        self._layers: dict[str, str] = {}  # each class activation map's layer, by method
         self.last: Explanation | None = None
         self._writer = None
         self._pictures_logged = False
@@ -245,12 +247,13 @@ class SaliencyCallback(keras.callbacks.Callback):
             explainer = Explainer(self.model, self.methods, options=self._options,
                                   pixel_to_input=self._pixel_to_input)
             # Trace now: a bad shape or class fails before the first epoch.
-            num_classes = explainer.report_for(self.images.shape[1:]).num_classes
+            report = explainer.report_for(self.images.shape[1:])
+            num_classes = report.num_classes
             if self.classes is not None and np.any(self.classes >= num_classes):
                 bad = int(self.classes[self.classes >= num_classes][0])
                 raise ArgumentError(f"classes: class {bad} is out of range: the model has "
                                     f"{num_classes} classes (0..{num_classes - 1})")
-            self.explainer = explainer
+            self.explainer, self._layers = explainer, dict(report.cam_layers)
         return self.explainer
 
     def log(self, step: int) -> Explanation:
@@ -311,8 +314,9 @@ class SaliencyCallback(keras.callbacks.Callback):
     def draw(self, explanation: Explanation) -> dict[tuple[str, int], np.ndarray]:
         """The ``uint8`` picture of each method's map of each image, by ``(method, index)``:
         a one-column :func:`guidedbp.render.render_panel` of the render (titled with the
-        method, captioned with :meth:`caption`, with its colorbar) at ``tile`` pixels;
-        the ``panel`` render's own panel; or, with ``tile=None``, the bare
+        method, captioned with :meth:`caption` and a class activation map's layer, with
+        its colorbar) at ``tile`` pixels; the ``panel`` render's own panel; or, with
+        ``tile=None``, the bare
         :func:`guidedbp.render.render` with this callback's render and style."""
         drawn = {}
         for name in self.methods:
@@ -324,14 +328,16 @@ class SaliencyCallback(keras.callbacks.Callback):
                     continue
                 caption = self.caption(explanation, index)
                 if drawing == "panel":
-                    drawn[name, index] = render_map(drawing, saliency, picture,
-                                                    caption=f"{name}: {caption}",
-                                                    tile=self.tile, **self.style)
+                    drawn[name, index] = render_map(
+                        drawing, saliency, picture,
+                        caption=f"{method_at_layer(name, self._layers)}: {caption}",
+                        tile=self.tile, **self.style)
                 else:
                     column = render_column(drawing, saliency, picture, title=name,
                                            **self.style)
-                    drawn[name, index] = render_panel([column], caption=caption,
-                                                      tile=self.tile)
+                    drawn[name, index] = render_panel(
+                        [column], caption=caption + layer_note((name,), self._layers),
+                        tile=self.tile)
         return drawn
 
     def caption(self, explanation: Explanation, index: int) -> str:

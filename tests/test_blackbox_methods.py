@@ -328,16 +328,19 @@ def test_the_progress_bar_shows_the_passes_until_the_next_image(capsys):
 
     bar = Progress()
     bar.begin(4)
+    bar.drawn = 0.0  # past the redraw interval
     bar.passes("rise", 1200, 1600)
     bar.drawn = 0.0  # past the redraw interval
     bar.passes("rise", 1600, 1600)
     bar.advance()
     bar.close()
     lines = capsys.readouterr().err.split("\r")[1:]
-    assert [line.split("] ")[1].split(" ")[0] for line in lines] == ["0/4", "0/4", "1/4"]
-    assert lines[0].endswith(" · rise 1200/1600 passes\x1b[K")
-    assert lines[1].endswith(" · rise 1600/1600 passes\x1b[K")
-    assert lines[2].endswith("images/s\x1b[K\n")
+    # begin() draws at once; then each count of passes, then the first image through.
+    assert [line.split("] ")[1].split(" ")[0] for line in lines] == ["0/4", "0/4", "0/4", "1/4"]
+    assert lines[0].endswith(" · starting...\x1b[K")
+    assert lines[1].endswith(" · first pass... · rise 1200/1600 passes\x1b[K")
+    assert lines[2].endswith(" · first pass... · rise 1600/1600 passes\x1b[K")
+    assert " images/s · ETA " in lines[3] and lines[3].endswith("\x1b[K\n")
 
 
 def test_cli_explains_with_rise_and_refuses_a_bad_value(cnn, tmp_path):

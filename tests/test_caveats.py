@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 from PIL import Image
@@ -133,8 +134,11 @@ def test_negligible_span_is_the_models_own_pixel_range():
 
 
 def test_a_capped_scorecam_says_how_many_channels_it_kept():
+    # Seeded, on pixels in [0, 1]: on raw 0-255 pixels its ReLU6 could saturate (unseeded
+    # weights), a constant Score-CAM map that rightly adds a negligible-map caveat.
+    keras.utils.set_random_seed(2)
     model = models.mixed_relu_cnn()  # its last 4-D layer has 4 channels
-    images = tinted_noise(8, 8, seed=2)[None].astype(np.float32)
+    images = tinted_noise(8, 8, seed=2)[None].astype(np.float32) / 255
     capped = EngineExplainer(model, method="scorecam", max_channels=3).explain(images)
     assert [c.as_record() for c in capped.caveats_of(0)] == [{
         "code": "scorecam-capped", "method": "scorecam",
@@ -279,8 +283,13 @@ def test_manifest_record_of_a_negligible_map(inputs, tmp_path):
 
 def test_caveat_codes_are_the_documented_ones():
     assert caveat_kinds.CODES == ("untrained-weights", "no-guided-activation", "no-rescaling",
-                                  "negligible-map", "scorecam-capped", "empty-region")
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert all(f"`{code}`" in readme for code in caveat_kinds.CODES)
+                                  "negligible-map", "scorecam-capped", "empty-region",
+                                  "non-finite-score", "unguided-activation",
+                                  "mixed-precision-drift")
+    # Each code has its row in the table of the Caveats page, in the order of CODES.
+    page = (Path(__file__).resolve().parents[1] / "docs" / "caveats.md").read_text()
+    rows = [line.split("|")[1].strip() for line in page.splitlines()
+            if line.startswith("| `")]
+    assert rows == [f"`{code}`" for code in caveat_kinds.CODES]
     with pytest.raises(ValueError, match="unknown caveat code 'nope'"):
         Caveat("nope", "text")

@@ -23,6 +23,7 @@ from guidedbp.io.images import decode_image
 from guidedbp.io.manifest import read_manifest
 from guidedbp.models.preprocess import prepare
 from guidedbp.pipeline.targets import TargetSpecError, parse_target, short_number
+from guidedbp.render import PANEL_GAP, PANEL_MARGIN
 from guidedbp.targets import Region, Similarity, Unit
 
 from .helpers import assert_one_line_error, run_cli
@@ -219,7 +220,8 @@ def test_regions_by_name_and_index_with_labels(here, tmp_path):
             value, pixels = engine_value("seg.keras", f"photos/{name}", Region(index))
             assert entry["target"] == {
                 "spec": "region:circle" if index == 1 else "region:2", "kind": "region",
-                "output": None, "index": index, "name": LABELS[index], "pixels": pixels}
+                "output": None, "index": index, "name": LABELS[index], "pixels": pixels,
+                "image_pixels": pixels}  # the output is the input's 16x16: one px a cell
             assert (entry["class"], entry["label"]) == (index, LABELS[index])
             assert entry["value"] == pytest.approx(value, abs=1e-5) == entry["score"]
             assert entry["description"] == f"region:{LABELS[index]} ({pixels:,} px)"
@@ -255,6 +257,70 @@ def test_a_mask_is_fitted_as_its_image_is(here, tmp_path):
     entry = records(out)["wide/w.png"]["targets"][0]
     assert (entry["target"]["mask"], entry["target"]["pixels"], pixels) == ("w.bmp", 64, 64)
     assert entry["value"] == pytest.approx(value, abs=1e-5)
+
+
+def _tile_top(panel: np.ndarray, tile: np.ndarray, left: int) -> int:
+    """The row where ``tile`` lies in ``panel`` at column ``left``."""
+    height, width = tile.shape[:2]
+    for top in range(panel.shape[0] - height + 1):
+        if np.array_equal(panel[top:top + height, left:left + width], tile):
+            return top
+    raise AssertionError("the tile is not in the panel")
+
+
+def _outlined(picture: np.ndarray, region: np.ndarray) -> np.ndarray:
+    """``picture`` with white on the region's pixels that touch its outside (or the edge)
+    and black on the outside pixels that touch it, pixel by pixel."""
+    drawn = picture.copy()
+    height, width = region.shape
+    for y in range(height):
+        for x in range(width):
+            near = [region[a, b] if 0 <= a < height and 0 <= b < width else False
+                    for a, b in ((y - 1, x), (y + 1, x), (y, x - 1), (y, x + 1))]
+            if region[y, x] and not all(near):
+                drawn[y, x] = 255
+            elif not region[y, x] and any(near):
+                drawn[y, x] = 0
+    return drawn
+
+
+def test_a_region_panel_outlines_its_mask_and_counts_image_pixels(here, tmp_path,
+                                                                 monkeypatch):
+    """A 32x32 photo whose mask is a 12x20 block, on the 16x16 model: the panel (at the
+    photo's size) outlines the block on the photo, and its caption counts the block's
+    240 pixels, where the output's resolution holds 60 cells of it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big-masks").mkdir()
+    photo = np.random.default_rng(9).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    Image.fromarray(photo).save(tmp_path / "big/p.png")
+    region = np.zeros((32, 32), bool)
+    region[8:20, 4:24] = True
+    Image.fromarray(region.astype(np.uint8) * 255).save(tmp_path / "big-masks/p.png")
+    explain(here / "seg.keras", "big", "-o", "out", "--target", "region:1", "--mask-dir",
+            "big-masks", "--render", "panel", "--tile", "64")
+    entry = records(tmp_path / "out")["big/p.png"]["targets"][0]
+    assert (entry["target"]["pixels"], entry["target"]["image_pixels"]) == (60, 12 * 20)
+    assert entry["description"] == "region:1 (240 px)"
+    panel = np.asarray(Image.open(tmp_path / "out" / entry["outputs"]["panel"]).convert("RGB"))
+    twice = np.ones((2, 2), bool)  # the 32-px photo at the 64-px tile
+    original = _outlined(np.kron(photo, twice[..., None]), np.kron(region, twice))
+    _tile_top(panel, original, PANEL_MARGIN)
+
+
+def test_a_similarity_panel_shows_its_reference(here, tmp_path):
+    out = tmp_path / "out"
+    explain("emb.keras", "photos/a.png", "-o", out, "--target", "similar:ref.png", "--render",
+            "panel", "--tile", "64")
+    entry = records(out)["photos/a.png"]["targets"][0]
+    panel = np.asarray(Image.open(out / entry["outputs"]["panel"]).convert("RGB"))
+    four = np.ones((4, 4, 1), np.uint8)  # 16 px to the 64-px tile
+    photo = np.asarray(Image.open("photos/a.png").convert("RGB"))
+    top = _tile_top(panel, np.kron(photo, four), PANEL_MARGIN)
+    # the 24x20 reference as the model was given it (stretched to 16x16), after the photo
+    reference = prepare(decode_image("ref.png"), (16, 16, 3), "none", None, "stretch")[0]
+    left = PANEL_MARGIN + 64 + PANEL_GAP
+    np.testing.assert_array_equal(panel[top:top + 64, left:left + 64], np.kron(reference, four))
 
 
 def test_a_missing_mask_fails_that_input_only(here, tmp_path):
@@ -402,6 +468,7 @@ def test_a_manifest_line_is_json_with_every_field(here, tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
+@pytest.mark.heavy  # a local Ray instance: make test-all
 def test_the_ray_engine_records_what_the_local_engine_records(here, tmp_path):
     ray = pytest.importorskip("ray", reason="Ray is not installed: pip install '.[ray]'")
     pytest.importorskip("ray.data", reason="Ray Data is not installed: pip install '.[ray]'")

@@ -16,6 +16,7 @@ from guidedbp import Explainer, RunOptions
 from guidedbp.errors import ArgumentError
 from guidedbp.render import apply_colormap, render
 
+from . import zoo
 from .helpers import assert_one_line_error, run_cli
 from .models import cam_cnn
 
@@ -96,8 +97,8 @@ def test_render_and_colormap_functions_say_what_was_meant():
 def test_a_savedmodel_lists_the_name_scopes_of_its_4d_outputs(tmp_path):
     import guidedbp
 
-    cam_cnn().export(str(tmp_path / "exported"), verbose=False)
-    loaded = guidedbp.load_model(str(tmp_path / "exported"))
+    exported = zoo.saved("cam_cnn", cam_cnn, ("savedmodel",))["savedmodel"]  # shared, cached
+    loaded = guidedbp.load_model(str(exported))
     with pytest.raises(ArgumentError) as caught:
         Explainer(loaded, "gradcam", layer="pol")(np.ones((1, 4, 4, 1), np.float32))
     message = str(caught.value)

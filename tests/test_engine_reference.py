@@ -66,6 +66,7 @@ def build(steps, seed, classes=3, head="softmax"):
     return keras.Model(inputs, keras.layers.Dense(classes, activation=head)(hidden))
 
 
+@pytest.mark.heavy  # 25 random networks: make test-all
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=STEPS, seed=st.integers(0, 2**16), method=st.sampled_from(("guided", "deconvnet")))
 def test_engine_equals_literal_chain_on_random_dags(steps, seed, method):
@@ -91,10 +92,11 @@ def test_random_dag_guided_differs_from_vanilla():
 @pytest.mark.parametrize(
     ("name", "size", "guided_activations"),
     [
-        ("ResNet50", 32, {"relu": 49}),
-        ("VGG16", 32, {"relu": 15}),
+        # MobileNetV2's ReLU6 in make test; the others in make test-all (the heavy marker).
+        pytest.param("ResNet50", 32, {"relu": 49}, marks=pytest.mark.heavy),
+        pytest.param("VGG16", 32, {"relu": 15}, marks=pytest.mark.heavy),
         ("MobileNetV2", 32, {"relu6": 35}),
-        ("DenseNet121", 32, {"relu": 121}),
+        pytest.param("DenseNet121", 32, {"relu": 121}, marks=pytest.mark.heavy),
     ],
 )
 def test_keras_applications_equal_reference(name, size, guided_activations):

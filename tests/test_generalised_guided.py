@@ -200,7 +200,14 @@ def subjects(saved) -> Callable[[str], Subject]:
     return named
 
 
-@pytest.fixture(scope="module", params=list(SUBJECTS))
+#: Whole applications and keras-hub's ViT: make test-all (the heavy marker); make test keeps
+#: the small subjects, every kind of activation among them.
+HEAVY_SUBJECTS = ("EfficientNetB0", "EfficientNetV2B0", "ConvNeXtTiny", "keras_hub_vit")
+
+
+@pytest.fixture(scope="module", params=[
+    pytest.param(name, marks=pytest.mark.heavy) if name in HEAVY_SUBJECTS else name
+    for name in SUBJECTS])
 def subject(request, subjects) -> Subject:
     return subjects(request.param)
 

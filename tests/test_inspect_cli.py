@@ -89,6 +89,13 @@ def _start_real_process_early(real_process):
     yield
 
 
+def last_feature_layer(path) -> str:
+    """The name Keras gave the layer before a saved model's global pooling."""
+    layers = keras.saving.load_model(path).layers
+    return next(layers[index - 1].name for index, layer in enumerate(layers)
+                if isinstance(layer, keras.layers.GlobalAveragePooling2D))
+
+
 def test_json_for_a_mixed_relu_model(models):
     info = inspect_json(models / "mix.keras")
     # The output is its (unnamed) Dense layer's: dense, dense_1... as Keras counts them.
@@ -111,6 +118,7 @@ def test_json_for_a_mixed_relu_model(models):
         "guided_activations": {"relu": 2, "relu6": 1, "leaky_relu": 1},
         "plain_activations": {},
         "unreached_activations": {},
+        "cam_layer": last_feature_layer(models / "mix.keras"),  # the LeakyReLU's
         "labels_source": "none (class indices only)",
         "labels": None,
         "notes": [RESCALING_NOTE],
@@ -130,6 +138,7 @@ def test_text_for_a_mixed_relu_model(models):
         "resize": "stretch to 8x8",
         "guided": "relu 2, leaky_relu 1, relu6 1 (--guide all)",
         "left alone": "none",
+        "cam layer": last_feature_layer(models / "mix.keras"),
         "labels": "none (class indices only)",
         "note": [RESCALING_NOTE],
     }

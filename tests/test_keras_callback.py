@@ -134,7 +134,11 @@ def expected_pictures(run: Run, epoch: int, methods, classes, renders, tile=TILE
     probability, at ``tile`` pixels; with ``tile=None``, the bare render."""
     copy = keras.models.clone_model(run.model)
     copy.set_weights(run.weights[epoch])
-    explanation = Explainer(copy, methods).explain(run.images, classes)
+    explainer = Explainer(copy, methods)
+    explanation = explainer.explain(run.images, classes)
+    layers = explainer.report.cam_layers  # a class activation map's caption names it
+    conv = next(layer.name for layer in copy.layers if isinstance(layer, keras.layers.Conv2D))
+    assert layers == ({"gradcam": conv} if "gradcam" in methods else {})
     pictures = {}
     for name in methods:
         for index, saliency in enumerate(explanation.by_method[name]):
@@ -144,6 +148,8 @@ def expected_pictures(run: Run, epoch: int, methods, classes, renders, tile=TILE
             target = int(explanation.targets[index])
             named = f"{labels[target]} (class {target})" if labels else f"class {target}"
             caption = f"{named} p={explanation.probabilities[index]:.3f}"
+            if name in layers:
+                caption += f" · {name} at {layers[name]}"
             pictures[name, index] = render_panel(
                 [render_column(renders[name], saliency, run.pictures[index], title=name)],
                 caption=caption, tile=tile)

@@ -14,7 +14,7 @@ from guidedbp.io.images import decode_image
 from guidedbp.io.inputs import output_stem
 from guidedbp.io.manifest import read_manifest
 from guidedbp.models.preprocess import fit, preprocess
-from guidedbp.render import PANEL_GAP, PANEL_MARGIN
+from guidedbp.render import PANEL_COLUMNS, PANEL_GAP, PANEL_MARGIN
 
 from .models import X4x4, cam_cnn
 
@@ -75,8 +75,9 @@ def test_all_methods_make_one_comparison_panel(setup):
         ["panel"] + [f"{m}.color" for m in guidedbp.METHODS])
     assert sorted(record["raw"]) == sorted(guidedbp.METHODS)
     panel = np.asarray(Image.open(out / record["outputs"]["panel"]))
-    columns = 1 + len(guidedbp.METHODS)  # the original, then one per method
-    assert panel.shape[1] == 2 * PANEL_MARGIN + columns * 64 + (columns - 1) * PANEL_GAP
+    # The original, then one per method: rows of PANEL_COLUMNS tiles, 22 in four rows.
+    assert 1 + len(guidedbp.METHODS) == 22 > 3 * PANEL_COLUMNS
+    assert panel.shape[1] == 2 * PANEL_MARGIN + PANEL_COLUMNS * 64 + (PANEL_COLUMNS - 1) * PANEL_GAP
     # The first column, below the caption and titles, is the original picture (gray -> RGB)
     # enlarged 16 times, nearest-neighbour.
     tile = np.kron(np.asarray(Image.open(folder / "img.png")), np.ones((16, 16), np.uint8))

@@ -433,15 +433,21 @@ def test_evaluate_table_shows_the_direction_and_images_need_no_masks(tmp_path):
     result = run_cli("evaluate", "demo", tmp_path, "--method", "guided,vanilla",
                      "--metric", "sparseness,complexity,random-logit", code=0)
     lines = result.stdout.splitlines()
-    start = lines.index("ranking: each metric's mean per method (over 1 images, seed 1000)")
-    assert lines[start + 1].split() == ["method", "sparseness", "complexity", "rand-logit"]
-    assert lines[start + 2].split() == ["better", "higher", "lower", "lower"]
-    assert [line.split()[0] for line in lines[start + 3:]] == ["guided", "vanilla"]
+    assert "ranking: each metric's mean per method (over 1 images, seed 1000)" in lines
+    complexity = lines.index("Complexity: how few pixels does the map concentrate on?")
+    assert lines[complexity + 1].split() == ["method", "sparseness", "complexity"]
+    assert lines[complexity + 2].split() == ["better", "higher", "lower"]
+    randomisation = lines.index("Randomisation: does the map change with the class explained?")
+    assert lines[randomisation + 1].split() == ["method", "random-logit"]
+    assert lines[randomisation + 2].split() == ["better", "lower"]
+    rows = [lines[complexity + 3 : complexity + 5], lines[randomisation + 3 : randomisation + 5]]
+    assert [[line.split()[0] for line in block] for block in rows] == [["guided", "vanilla"]] * 2
     record = json.loads(run_cli("evaluate", "demo", tmp_path, "--method", "guided,vanilla",
                                 "--metric", "sparseness,complexity,random-logit", "--json",
                                 code=0).stdout)["scores"]["metrics"]
-    for row, method in zip(lines[start + 3:], ("guided", "vanilla")):  # the JSON's means
-        assert [float(cell) for cell in row.split()[1:]] == [
+    for index, method in enumerate(("guided", "vanilla")):  # the JSON's means
+        cells = rows[0][index].split()[1:] + rows[1][index].split()[1:]
+        assert [float(cell.rstrip("*")) for cell in cells] == [
             round(record[name]["methods"][method]["mean"], 3)
             for name in ("sparseness", "complexity", "random-logit")]
     top = json.loads(run_cli("evaluate", "demo", tmp_path, "--method", "guided",

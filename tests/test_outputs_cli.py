@@ -56,8 +56,10 @@ def _expected_figure(explainer, path, format, dpi=150):
     """The figure the command should write for ``path``, drawn from the library."""
     result = guidedbp.explain_image(explainer, path)
     named = f"{result.label} (class {result.target})"
+    # The title names each class activation map's layer: " · gradcam at conv5".
+    layers = "".join(f" · {name} at {layer}" for name, layer in result.layers.items())
     figure = plot.draw(result.image, result.original_maps(),
-                       f"{named} p={result.probability:.3f}")
+                       f"{named} p={result.probability:.3f}{layers}")
     return plot.figure_bytes(figure, format, dpi=dpi)
 
 

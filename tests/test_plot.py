@@ -143,10 +143,15 @@ def test_a_magnitude_map_uses_the_sequential_colormap_from_zero(figure, result):
         np.testing.assert_allclose(rgb, table[entry], atol=1e-9)
 
 
-def test_the_suptitle_names_the_class_and_its_probability(figure, result):
-    match = re.fullmatch(r"circle \(class 0\) p=(\d\.\d{3})", figure.get_suptitle())
+def test_the_suptitle_names_the_class_its_probability_and_the_cam_layer(figure, result):
+    # The demo's last convolution before its global pooling: Grad-CAM's default layer.
+    assert result.layers == {"gradcam": "conv5"}
+    match = re.fullmatch(r"circle \(class 0\) p=(\d\.\d{3}) · gradcam at conv5",
+                         figure.get_suptitle())
     assert match, figure.get_suptitle()
     assert float(match.group(1)) == pytest.approx(result.probability, abs=5e-4)
+    # A figure without the class activation map does not name its layer.
+    assert " at " not in plotting.plot(result, methods="guided").get_suptitle()
 
 
 def test_clip_and_cmap_change_the_limits_and_colours(result):
@@ -316,8 +321,10 @@ def test_compare_is_a_grid_of_the_single_figures(result, square):
     # The methods title the top row; each row names its image, class and probability.
     assert [axis.get_title() for axis in grid[0]] == ["image", "guided", "gradcam"]
     assert [axis.get_title() for axis in grid[1]] == ["", "", ""]
-    assert grid[0][0].get_ylabel() == f"circle_0.png\ncircle (class 0) p={result.probability:.3f}"
-    assert grid[1][0].get_ylabel() == f"circle_0.png\nsquare (class 1) p={square.probability:.3f}"
+    assert grid[0][0].get_ylabel() == (f"circle_0.png\ncircle (class 0) "
+                                       f"p={result.probability:.3f} · gradcam at conv5")
+    assert grid[1][0].get_ylabel() == (f"circle_0.png\nsquare (class 1) "
+                                       f"p={square.probability:.3f} · gradcam at conv5")
     assert figure.get_suptitle() == ""
     # Each row shows what plot() shows for its result: the same arrays, limits, colours.
     for row, single in zip(grid, (plotting.plot(result), plotting.plot(square))):
@@ -425,7 +432,8 @@ def test_files_are_the_same_in_another_process():
 def test_vector_files_keep_text_as_text_and_pictures_as_images(files):
     svg = files["svg"].decode()
     assert re.search(r"<text [^>]*>guided</text>", svg)
-    assert re.search(r"<text [^>]*>circle \(class 0\) p=\d\.\d{3}</text>", svg)
+    assert re.search(r"<text [^>]*>circle \(class 0\) p=\d\.\d{3} · gradcam at conv5</text>",
+                     svg)
     assert svg.count("<image ") >= 3  # the picture and the two maps
     pdf = files["pdf"]
     assert b"/FontFile2" in pdf  # TrueType text, not Type 3 glyph drawings

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 pytest_plugins = ["pytester"]
@@ -78,6 +79,7 @@ ARRAY_BASELINE = Path("test_user", "test_regression_array-array")
 DIFF_LINE = re.compile(r"diff picture \(baseline \| current \| \|difference\|\): (\S+)")
 
 
+@pytest.mark.heavy  # a whole pytest run of a user's suite, in a subprocess: make test-all
 def test_regression_and_smoke_assertions_in_a_users_suite(pytester, monkeypatch):
     pytester.makepyfile(test_user=USER_TESTS)
     picture = np.random.default_rng(3).integers(0, 256, (12, 10, 3), dtype=np.uint8)

@@ -34,8 +34,11 @@ from . import s3server
 from .helpers import run_cli
 from .imagetree import make_flat
 
-# Ray Data's own deprecation notices about its defaults, not about guidedbp's calls.
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
+# A Ray cluster of three nodes on moto: make test-all runs these, make test leaves them out
+# (the heavy marker). Ray Data's own deprecation notices are about its defaults, not about
+# guidedbp's calls.
+pytestmark = [pytest.mark.heavy,
+              pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")]
 
 COUNT = 24  # inputs
 BATCH = 4  # inputs per batch: 6 batches

@@ -560,7 +560,8 @@ def test_render_column_scales_name_the_values_shown():
     mean, std = saliency.astype(np.float64).mean(), saliency.astype(np.float64).std()
     # Black is mean - 5 std, white mean + 5 std (one std is 0.1 of the range).
     assert color.scale.labels == tuple(f"{v:.3g}" for v in (mean - 5 * std, mean, mean + 5 * std))
-    np.testing.assert_array_equal(color.scale.colors[:, 0], np.arange(256))
+    for channel in range(3):  # a stripe per channel: that channel's ramp, the others grey
+        np.testing.assert_array_equal(color.scale.colors[channel, :, channel], np.arange(256))
     gray = rendering.render_column("gray", saliency, clip=90.0)
     ceiling = np.percentile(np.abs(saliency).max(axis=2), 90.0)
     assert gray.scale.labels == ("0", f"{ceiling:.3g} (p90)")

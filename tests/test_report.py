@@ -606,6 +606,43 @@ def test_many_outputs_screenshot(page, tmp_path):
     assert 700 < blue.max() < 1300 - 24
 
 
+PANEL_BOX = """(() => {
+  const image = document.querySelector('#rows .thumb.panel img');
+  const box = image.getBoundingClientRect();
+  const cell = image.closest('td.maps').getBoundingClientRect();
+  return {left: box.left, right: box.right, width: box.width, height: box.height,
+          natural: [image.naturalWidth, image.naturalHeight], cellRight: cell.right,
+          input: document.querySelector('#rows td.input').getBoundingClientRect().width,
+          scrollWidth: document.documentElement.scrollWidth};
+})()"""
+
+
+@pytest.mark.parametrize("width", [1300, 900])
+def test_a_wrapped_panel_shows_whole_at_the_width_the_page_gives_it(page, tmp_path, width):
+    """A --method all panel (the original and 21 maps, six tiles a row: 1,400 x 1,243 px)
+    at its own aspect, as wide as the maps column, not a 256 x 128 box around a sliver."""
+    names = ["photos/star_0.png", "photos/circle_0.png"]
+    items = [record(name, targets=[{"class": k, "label": "star", "score": 0.9, "raw": None,
+                                    "outputs": {"panel": f"{name}.panel.png"}}],
+                    methods=("guided", "gradcam")) for k, name in enumerate(names)]
+    out = make_out(tmp_path / "out", items)
+    panel = np.full((1243, 1400, 3), 255, np.uint8)
+    panel[40:1200:240, :] = 0  # rows of tiles: a picture that is visibly not flat
+    for name in names:
+        save_png(out / f"{name}.panel.png", panel)
+    write_report(out)
+    page.resize(width)
+    open_report(page, out)
+    page.wait_for("[...document.querySelectorAll('#rows img')]"
+                  ".every(i => i.complete && i.naturalWidth)")
+    seen = page.evaluate(PANEL_BOX)
+    assert seen["natural"] == [1400, 1243]
+    assert seen["width"] / seen["height"] == pytest.approx(1400 / 1243, rel=0.01)  # whole
+    assert seen["width"] >= 0.4 * width  # the maps column's width, not a thumbnail's
+    assert seen["right"] <= seen["cellRight"] and seen["scrollWidth"] <= width
+    assert seen["input"] >= 150
+
+
 def test_each_method_is_one_group_and_a_missing_output_a_blank_slot(page, tmp_path):
     first = record("a.png", targets=[target("a.png", 0, "x", 0.5, renders=("color",))])
     second = record("b.png", targets=[target("b.png", 1, "y", 0.5, methods=("guided",),

@@ -319,6 +319,7 @@ def test_merging_a_shard_from_before_fingerprints_with_a_new_one_is_refused(
 # -- Ray ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy  # a local Ray instance: make test-all
 def test_a_ray_run_resumes_by_the_same_rule(models, images, tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed: pip install '.[ray]'")
     pytest.importorskip("ray.data", reason="Ray Data is not installed: pip install '.[ray]'")

@@ -234,6 +234,7 @@ def ray_cluster():
     ray.shutdown()
 
 
+@pytest.mark.heavy  # a local Ray instance: make test-all
 def test_ray_engine_writes_the_local_engines_bytes(ray_cluster, local, model, tree, tmp_path):
     result = run_cli("explain", model, tree.root, "-o", tmp_path, *OPTIONS, "--engine", "ray",
                      "--workers", "2")
@@ -244,6 +245,7 @@ def test_ray_engine_writes_the_local_engines_bytes(ray_cluster, local, model, tr
     assert not [p for p in snapshot(tmp_path) if p.endswith(".tmp")]
 
 
+@pytest.mark.heavy  # a local Ray instance: make test-all
 def test_ray_engine_with_shards(ray_cluster, local, model, tree, tmp_path):
     run_shards(model, tree, tmp_path, 2, "--engine", "ray", "--workers", "1")
     records = read_manifest(tmp_path / "manifest.jsonl")
@@ -252,6 +254,7 @@ def test_ray_engine_with_shards(ray_cluster, local, model, tree, tmp_path):
     assert digests(tmp_path) == local.files
 
 
+@pytest.mark.heavy  # a local Ray instance: make test-all
 def test_ray_engine_summary_matches_the_local_one(ray_cluster, model, tree, tmp_path):
     args = ("explain", model, tree.path("a/cat.jpg"), tree.path("bad/empty.jpg"))
     local_run = run_cli(*args, "-o", tmp_path / "l")

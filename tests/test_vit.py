@@ -21,6 +21,10 @@ from guidedbp.errors import ArgumentError
 from .helpers import run_cli
 from .vit_models import keras_hub_vit, plain_vit
 
+# keras-hub's ViT, built from a config:
+# make test-all runs these, make test leaves them out (the heavy marker).
+pytestmark = pytest.mark.heavy
+
 CAMS = ("gradcam", "gradcam++", "layercam", "scorecam", "guided-gradcam")
 METHODS = (*CAMS, "vanilla", "guided")
 TARGET = 1
@@ -68,9 +72,12 @@ def test_every_method_gives_a_finite_varying_map(vit, images):
 def test_the_default_layer_is_the_last_blocks_input(plain, hub):
     assert last_scope(explainer := Explainer(plain, "gradcam")) == "block_1"
     assert explainer.report.layer.startswith("plain_vit")
+    assert explainer.report.cam_layers == {"gradcam": "block_1"}
     explainer = Explainer(hub, "gradcam")
     assert last_scope(explainer) == "transformer_block_1"
     assert "vit_encoder" in explainer.report.layer
+    # A block inside the encoder layer, by the name --layer takes (not its scope's).
+    assert explainer.report.cam_layers == {"gradcam": "transformer_block_1"}
 
 
 def test_a_vit_that_pools_its_tokens_gets_its_last_blocks_output(hub, images):
@@ -144,6 +151,7 @@ def test_the_layer_option_may_name_a_token_layer(plain, hub, images):
         explainer = Explainer(model, CAMS, layer=layer, max_channels=8)
         explanation = explainer.explain(images, TARGET)
         assert last_scope(explainer) == layer
+        assert explainer.report.cam_layers == dict.fromkeys(CAMS, layer)
         for name in CAMS:
             maps = explanation.by_method[name]
             assert np.all(np.isfinite(maps)) and maps.max() > maps.min(), (layer, name)
@@ -193,6 +201,8 @@ def test_inspect_lists_token_layers_beside_4d_ones(plain, tmp_path):
     text = run_cli("inspect", path, code=0).stdout
     lines = [line for line in text.splitlines() if line.startswith("cam layers")]
     assert lines == ["cam layers  4-D: patches; tokens: " + ", ".join(PLAIN_TOKEN_LAYERS)]
+    assert json.loads(result.stdout)["cam_layer"] == "block_1"  # the default among them
+    assert "cam layer   block_1" in text.splitlines()
 
 
 def test_an_unknown_layer_lists_the_token_layers(plain, images):

@@ -38,7 +38,6 @@ from guidedbp.cli.common import (
     parse_methods,
     precision_option,
 )
-from guidedbp.cli.evaluate_output import check_figure_targets, format_table, write_curves
 from guidedbp.cli.progress import Progress, show_progress
 from guidedbp.engine.methods import GRADIENT, METHODS, REGISTRY
 
@@ -57,6 +56,8 @@ MASK_METRICS = ("pointing", "energy")
 #: Every --metric: the mask metrics, the deletion and insertion games, then the metric
 #: families (faithfulness, robustness, complexity, randomisation), none of which needs masks.
 METRICS = (*MASK_METRICS, *GAMES, *METRIC_NAMES)
+#: What --format prints: the tables, the ranking as markdown or CSV, or the JSON record.
+FORMATS = ("text", "markdown", "csv", "json")
 
 
 def _parse_metrics(ctx, param, value: str) -> tuple[str, ...]:
@@ -122,12 +123,17 @@ def _resolve_metrics(metrics: tuple[str, ...], masked: bool, segmentation: bool
 @batch_size_option
 @precision_option
 @guide_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.option("--format", "output_format", type=click.Choice(FORMATS), default=None,
+              help="text: the tables, fitted to the terminal's width (120 columns when "
+                   "not a terminal); markdown: the ranking, a table per metric family; "
+                   "csv: the ranking, a row per method and a column per metric; json: "
+                   "everything, each image's values included.  [default: text]")
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
 @model_options
 @errors_handled
 def evaluate_command(model, images, masks, shapes, seed, distractors, explain_distractor, methods,
                      metrics, costs, tolerance, steps, baseline, plot_curves, batch_size,
-                     precision, guide, as_json, **options) -> None:
+                     precision, guide, output_format, as_json, **options) -> None:
     """How well MODEL's maps localise objects, and how faithful they are to the model.
 
     \b
@@ -155,6 +161,11 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     Means per method; each image's value in --json.
 
     \b
+    The table ends with a ranking: a block per metric family, a row per
+    method, each metric's best mean marked '*' by its direction (--format
+    markdown: in bold; csv: the means alone, as the JSON has them).
+
+    \b
     Classes are the true labels with --shapes, else the model's top-1 predictions.
 
     \b
@@ -176,7 +187,13 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
       guidedbp evaluate demo sample_images/shapes --masks sample_images/masks/shapes
       guidedbp evaluate keras:ResNet50 photos --metric deletion,insertion --json
       guidedbp evaluate demo --shapes 50 --method guided,gradcam --metric all
+      guidedbp evaluate demo --shapes 50 --method guided,gradcam --metric all \\
+        --format csv > ranking.csv
     """
+    if as_json and output_format not in (None, "json"):
+        raise UsageFailure(f"--json is --format json: give --json or --format "
+                           f"{output_format}, not both")
+    output_format = "json" if as_json else output_format or "text"
     every = metrics == ("all",)
     metrics = _resolve_metrics(metrics, shapes is not None or masks is not None, False)
     settings = Settings(metrics, tolerance, steps, baseline, seed)
@@ -216,6 +233,8 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     else:
         samples = _from_files(images, masks, loaded.channels)
     if plot_curves is not None:
+        from guidedbp.cli.evaluate_output import check_figure_targets
+
         check_figure_targets(plot_curves, samples, settings.games)
     # One forward pass for all methods.
     segmentation = is_segmentation(loaded)
@@ -258,11 +277,26 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
                                  precision)
     result.update(not_scored(measured, samples, bool(settings.masked)))
     if plot_curves is not None:
+        from guidedbp.cli.evaluate_output import write_curves
+
         write_curves(plot_curves, result["faithfulness"], samples)
-    if as_json:
+    _print(result, output_format)
+
+
+def _print(result: dict, output_format: str) -> None:
+    """The record in one of :data:`FORMATS`."""
+    if output_format == "json":
         click.echo(strict_json(result, indent=2))  # NaN (no region found) as null
+        return
+    from guidedbp.cli.evaluate_output import format_csv, format_markdown, format_table
+    from guidedbp.cli.evaluate_table import output_width
+
+    if output_format == "markdown":
+        click.echo(format_markdown(result))
+    elif output_format == "csv":
+        click.echo(format_csv(result), nl=False)
     else:
-        click.echo(format_table(result))
+        click.echo(format_table(result, width=output_width()))
 
 
 # -- data ------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """``guidedbp evaluate``'s metric families (faithfulness, robustness, complexity,
 randomisation: :mod:`guidedbp.checks.metrics_catalog`): measured a batch of images at a
-time with the explainer, recorded per method and image, printed with their direction.
+time with the explainer, recorded per method and image (the ranking prints them:
+:mod:`guidedbp.cli.evaluate_table`).
 
 Every perturbation is made in pixel space (0-255, the picture fitted to the model's
 input), then mapped through the model's preprocessing, as the deletion game does; the
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from guidedbp.checks.metrics_arrays import class_scores, finite_mean
-from guidedbp.checks.metrics_catalog import CATALOG, HIGHER, METRIC_NAMES
+from guidedbp.checks.metrics_catalog import CATALOG, METRIC_NAMES
 from guidedbp.checks.metrics_fidelity import (
     MUFIDELITY_DEFAULTS,
     confidence_change,
@@ -30,7 +31,7 @@ from guidedbp.checks.metrics_robustness import (
     relative_changes,
 )
 
-__all__ = ["METRIC_NAMES", "ROAD_NOISE", "FamilyScores", "family_record", "ranking_table"]
+__all__ = ["METRIC_NAMES", "ROAD_NOISE", "FamilyScores", "family_record"]
 
 #: ROAD's imputation noise on 0-255 pixels: 0.01 of the range.
 ROAD_NOISE = 0.01 * 255
@@ -165,50 +166,3 @@ def family_record(scores: FamilyScores, constant: dict | None = None) -> dict:
                     [_number(value) for value in curve] for curve in scores.curves[name][method]]
         record["metrics"][name] = entry
     return record
-
-
-#: The ranking table's columns: (heading, where the value is in the result, direction).
-_RANKED_MASKS = (("pointing", "pointing_game"), ("energy", "energy_inside"))
-_RANKED_GAMES = (("deletion", "deletion", False), ("insertion", "insertion", True))
-_SHORT = {"average-drop": "avg-drop", "average-increase": "avg-incr", "average-gain": "avg-gain",
-          "max-sensitivity": "max-sens", "avg-sensitivity": "avg-sens",
-          "random-logit": "rand-logit"}
-
-
-def ranking_table(result: dict) -> list[str]:
-    """One row per method: every metric asked (its overall mean, the direction under its
-    name), then the method's cost relative to the reference when ``--costs`` asked it."""
-    columns: list[tuple[str, bool | None, dict]] = []  # heading, higher is better, per method
-    overall = [row for row in result.get("results", []) if row.get("class") == "overall"]
-    for heading, key in _RANKED_MASKS:
-        if overall and key in overall[0]:
-            columns.append((heading, True, {row["method"]: row[key] for row in overall}))
-    games = result.get("faithfulness", {}).get("methods", {})
-    for heading, game, higher in _RANKED_GAMES:
-        if games and game in next(iter(games.values())):
-            columns.append((heading, higher, {m: v[game]["mean_auc"] for m, v in games.items()}))
-    for name, entry in result.get("scores", {}).get("metrics", {}).items():
-        columns.append((_SHORT.get(name, name), entry["direction"] == HIGHER,
-                        {m: v["mean"] for m, v in entry["methods"].items()}))
-    costs = result.get("costs")
-    if costs is not None:
-        columns.append(("cost", None, costs["relative"]))
-    methods = list(dict.fromkeys(m for _, _, values in columns for m in values))
-    width = max(10, *(len(heading) + 2 for heading, _, _ in columns))
-    first = max(12, *(len(m) + 2 for m in methods))
-    scores = result.get("scores", {})
-    lines = ["", f"ranking: each metric's mean per method (over {scores.get('images', '?')} "
-                 f"images, seed {scores.get('seed', '?')})"
-             + (f"; cost per image relative to {costs['reference']}" if costs else ""),
-             f"{'method':<{first}}" + "".join(f"{h:>{width}}" for h, _, _ in columns),
-             f"{'better':<{first}}" + "".join(
-                 f"{'' if higher is None else 'higher' if higher else 'lower':>{width}}"
-                 for _, higher, _ in columns)]
-    for method in methods:
-        cells = []
-        for heading, _, values in columns:
-            value = values.get(method)
-            digits = 2 if heading == "cost" else 3
-            cells.append(f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}")
-        lines.append(f"{method:<{first}}" + "".join(cells))
-    return lines

@@ -1,4 +1,5 @@
-"""What ``guidedbp evaluate`` prints and draws: its tables and its curve figures."""
+"""What ``guidedbp evaluate`` prints and draws: its tables (text fitted to a width, or the
+ranking as markdown or CSV: :mod:`guidedbp.cli.evaluate_table`) and its curve figures."""
 
 from __future__ import annotations
 
@@ -7,6 +8,15 @@ import os
 import numpy as np
 
 from guidedbp.cli.common import UsageFailure
+from guidedbp.cli.evaluate_table import (
+    WIDTH,
+    TextColumn,
+    lay_out,
+    ranking_csv,
+    ranking_markdown,
+    ranking_text,
+    wrap,
+)
 
 # -- figures ---------------------------------------------------------------------------
 
@@ -54,38 +64,64 @@ def write_curves(folder: str, record: dict, samples: list) -> None:
 # -- output ----------------------------------------------------------------------------
 
 
-def format_table(result: dict) -> str:
+def format_table(result: dict, width: int = WIDTH) -> str:
     """The mask metrics (rows: classes then overall) and the games (rows: images then the
-    mean), one column per method; with the metric families, a ranking of every metric
-    (rows: methods, the direction under each metric, then the costs)."""
-    lines = [f"model {result['model']} on {result['data']}"]
-    if result.get("target") == "region":
-        lines.append("each map explains its shape's region: the shape class's logits summed "
-                     "over the output pixels of its mask")
+    mean), a column per method; then the ranking (a block per metric family, a row per
+    method, each metric's best mean marked: :func:`~guidedbp.cli.evaluate_table.ranking_text`)
+    and what was not scored. No line is longer than ``width`` (a table's columns go on in
+    further blocks), but for a single word longer than that, such as a long path."""
+    lines = [line for text in _title(result) for line in wrap(text, width)]
     if "results" in result:
-        lines += _mask_tables(result)
+        lines += _mask_tables(result, width)
     if "segmentation" in result:
-        lines += _segmentation_table(result["segmentation"])
+        lines += _segmentation_table(result["segmentation"], width)
     if "faithfulness" in result:
-        lines += _game_tables(result["faithfulness"])
-    if "scores" in result:  # the metric families: one ranking of every metric and the costs
-        from guidedbp.cli.evaluate_metrics import ranking_table
-
-        return "\n".join(lines + ranking_table(result) + _not_scored(result))
-    if "costs" in result:
-        costs = result["costs"]
-        width = max(10, *(len(m) + 2 for m in costs["relative"]))
-        lines += ["", f"cost per image relative to {costs['reference']} (each method alone, "
-                      f"one batch of {costs['images']}, median of {costs['rounds']} runs)",
-                  "".join(f"{m:>{width}}" for m in costs["relative"]),
-                  "".join(f"{v:>{width}.2f}" for v in costs["relative"].values())]
-    return "\n".join(lines + _not_scored(result))
+        lines += _game_tables(result["faithfulness"], width)
+    notes = [line for text in _not_scored(result) for line in wrap(text, width)]
+    return "\n".join(lines + ranking_text(result, width) + ([""] + notes if notes else []))
 
 
-def _cell(value, width: int) -> str:
-    """A score right-aligned to 3 decimals; ``-`` for none (no map left to score: they
-    were all constant)."""
-    return f"{'-':>{width}}" if value is None else f"{value:>{width}.3f}"
+def format_markdown(result: dict) -> str:
+    """The ranking as markdown (a table per metric family, the best means in bold) under
+    the run's title, then what was not scored, as a list."""
+    lines = [f"model `{result['model']}` on {result['data']}"]
+    for sentence in _title(result)[1:]:  # what a map explains
+        lines += ["", sentence]
+    if "segmentation" in result:
+        lines += ["", _segmentation_summary(result["segmentation"])]
+    notes = _not_scored(result)
+    return "\n".join(lines + ranking_markdown(result)
+                     + (["", *(f"- {note}" for note in notes)] if notes else []))
+
+
+def format_csv(result: dict) -> str:
+    """The ranking as CSV: a row per method, every metric's mean (with its direction in its
+    header) and the count of the method's constant maps."""
+    return ranking_csv(result)
+
+
+def _title(result: dict) -> list[str]:
+    """What was evaluated, and what a map explains where that is a region."""
+    title = [f"model {result['model']} on {result['data']}"]
+    if result.get("target") == "region":
+        title.append("each map explains its shape's region: the shape class's logits summed "
+                     "over the output pixels of its mask")
+    return title
+
+
+def _score(value) -> str:
+    """A score to 3 decimals; ``-`` for none (no map left to score: they were all
+    constant)."""
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _blocks(fixed: list[TextColumn], more: list[TextColumn], width: int) -> list[str]:
+    """A table's lines, its columns in as many blocks as ``width`` needs (a blank line
+    between two)."""
+    lines: list[str] = []
+    for index, block in enumerate(lay_out(fixed, more, width)):
+        lines += ([""] if index else []) + block
+    return lines
 
 
 _MOST_NAMES = 5  # images named in a line of what was not scored
@@ -99,17 +135,18 @@ def _not_scored(result: dict) -> list[str]:
         named = ", ".join(empty[:_MOST_NAMES]) + (", ..." if len(empty) > _MOST_NAMES else "")
         lines.append(f"{len(empty)} image{'s' if len(empty) > 1 else ''} without a mask "
                      f"pixel, not scored: {named}")
-    return ["", *lines] if lines else []
+    return lines
 
 
-def _mask_tables(result: dict) -> list[str]:
+def _mask_tables(result: dict, width: int) -> list[str]:
     rows = result["results"]
     if not rows:
         return ["", "no mask has a pixel: nothing scored against the masks"]
     methods = list(dict.fromkeys(r["method"] for r in rows))
     classes = list(dict.fromkeys(r["class"] for r in rows))
     cell = {(r["method"], r["class"]): r for r in rows}
-    width = max(10, *(len(m) + 2 for m in methods))
+    counts = tuple(str(cell[(methods[0], name)]["n"]) if (methods[0], name) in cell else "0"
+                   for name in classes)
     tables = [("pointing_game", f"pointing game (within {result['tolerance']:g} px)"),
               ("energy_inside", "share of map energy inside the mask"),
               ("energy_within_reach", f"share of map energy within {result.get('reach')} px "
@@ -119,50 +156,49 @@ def _mask_tables(result: dict) -> list[str]:
                                       "more class-discriminative)")]
     lines = []
     for key, title in [(key, title) for key, title in tables if key in rows[0]]:
-        lines += ["", title, f"{'class':<12}{'n':>6}" + "".join(f"{m:>{width}}" for m in methods)]
-        for name in classes:
-            count = cell[(methods[0], name)]["n"] if (methods[0], name) in cell else 0
-            values = "".join(
-                _cell(cell[(m, name)][key], width) if (m, name) in cell else " " * width
-                for m in methods
-            )
-            lines.append(f"{name:<12}{count:>6}{values}")
+        fixed = [TextColumn(("class",), tuple(classes), least=12),
+                 TextColumn(("n",), counts, least=6)]
+        scores = [TextColumn((method,), tuple(_score(cell[(method, name)][key])
+                                              if (method, name) in cell else ""
+                                              for name in classes), least=10)
+                  for method in methods]
+        lines += ["", *wrap(title, width), *_blocks(fixed, scores, width)]
     return lines
 
 
-def _segmentation_table(record: dict) -> list[str]:
+def _segmentation_summary(record: dict) -> str:
+    return (f"the model's own segmentation ({record['pixels']} output pixels): pixel "
+            f"accuracy {record['pixel_accuracy']:.3f}, mean IoU {record['mean_iou']:.3f}")
+
+
+def _segmentation_table(record: dict, width: int) -> list[str]:
     """The model's own per-pixel labels against the truth, for reference."""
-    ious = record["iou"]
-    width = max(10, *(len(name) + 2 for name in ious))
-    return ["", f"the model's own segmentation ({record['pixels']} output pixels): pixel "
-                f"accuracy {record['pixel_accuracy']:.3f}, mean IoU {record['mean_iou']:.3f}",
-            "IoU " + "".join(f"{name:>{width}}" for name in ious),
-            "    " + "".join(" " * (width - 3) + "  -" if value is None else
-                             f"{value:>{width}.3f}" for value in ious.values())]
+    ious = [TextColumn((name,), (_score(value),), least=10)
+            for name, value in record["iou"].items()]
+    return ["", *wrap(_segmentation_summary(record), width),
+            *_blocks([TextColumn(("IoU",), ("",), least=4)], ious, width)]
 
 
 _NAME_WIDTH = 40  # longer image names keep their end
 _MOST_ROWS = 20  # images listed one by one in a game's table
 
 
-def _game_tables(record: dict) -> list[str]:
+def _game_tables(record: dict, width: int) -> list[str]:
     methods = record["methods"]
-    width = max(10, *(len(m) + 2 for m in methods))
     names = [image["image"] if len(image["image"]) <= _NAME_WIDTH
              else "..." + image["image"][3 - _NAME_WIDTH:] for image in record["images"]]
-    column = max(12, *(len(name) + 2 for name in names))
+    listed = len(names) <= _MOST_ROWS  # hundreds of shapes: the mean says it, --json has all
     lines = []
     for game in next(iter(methods.values())):
         better = "lower" if game == "deletion" else "higher"
-        lines += ["", f"{game} AUC ({record['baseline']} baseline, {record['steps']} steps; "
-                      f"{better} is more faithful)",
-                  f"{'image':<{column}}" + "".join(f"{m:>{width}}" for m in methods)]
-        if len(names) > _MOST_ROWS:  # hundreds of shapes: the mean says it, --json has all
+        lines += ["", *wrap(f"{game} AUC ({record['baseline']} baseline, {record['steps']} "
+                            f"steps; {better} is more faithful)", width)]
+        if not listed:
             lines.append(f"({len(names)} images: each image's AUC is in --json)")
-        else:
-            for index, name in enumerate(names):
-                lines.append(f"{name:<{column}}" + "".join(
-                    _cell(methods[m][game]["auc"][index], width) for m in methods))
-        lines.append(f"{'mean':<{column}}" + "".join(
-            _cell(methods[m][game]["mean_auc"], width) for m in methods))
+        fixed = [TextColumn(("image",), (*(names if listed else ()), "mean"), least=12)]
+        aucs = [TextColumn((method,), (*(_score(value) for value in games[game]["auc"]
+                                         if listed), _score(games[game]["mean_auc"])),
+                           least=10)
+                for method, games in methods.items()]
+        lines += _blocks(fixed, aucs, width)
     return lines

@@ -262,6 +262,8 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
     from guidedbp.pipeline.run import explain_files
 
     progress = Progress() if show_progress(options["quiet"]) else None
+    if progress is not None:
+        progress.note("loading the model...")
     summary = explain_files(model, checked, options["output"], options=run_options,
                             load=load_options(options), runner=options["engine"],
                             cluster=cluster, progress=progress)

@@ -8,6 +8,7 @@ import sys
 import click
 
 from guidedbp._json import dumps as strict_json
+from guidedbp._text import one_line
 from guidedbp.cli.common import (
     as_flags,
     errors_handled,
@@ -26,6 +27,10 @@ CLASS_ENDS = 5
 @model_options
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object instead of text (it holds every class name).")
+@click.option("--layer", metavar="NAME",
+              help="Check the layer NAME that class activation maps (Grad-CAM and its kin) "
+                   "would use, as explain's --layer takes it. Default: show the layer they "
+                   "use by default.")
 @click.option("--classes", "all_classes", is_flag=True,
               help=f"List every class name (by default, more than {CLASS_LINES} are "
                    f"summarised: their count, the first and the last {CLASS_ENDS}).")
@@ -61,11 +66,21 @@ def describe(spec: str, options: dict) -> dict:
     loaded = load_model(spec, **load_options(options))
     from guidedbp.api import Explainer
     from guidedbp.engine.explainer import NoReluWarning
+    from guidedbp.errors import ArgumentError
 
+    layer = options.get("layer")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NoReluWarning)  # reported below, not warned
-        explainer = Explainer(loaded, "guided")
-        report = explainer.report
+        try:  # one trace tells both: what is guided, and the class activation maps' layer
+            explainer = Explainer(loaded, ("guided", "gradcam"), layer=layer)
+            report = explainer.report
+            no_cam = None
+        except ArgumentError as error:
+            if layer is not None:  # the layer asked for: its error is the answer
+                raise
+            explainer = Explainer(loaded, "guided")  # a model with no feature map (an MLP)
+            report = explainer.report
+            no_cam = one_line(error)
         value = explainer.reads_a_value()  # one unit, no sigmoid or softmax: not a class
     size = options.get("size")
     height, width, channels = loaded.input_shape
@@ -109,6 +124,10 @@ def describe(spec: str, options: dict) -> dict:
         "guided_activations": report.guided_activations,
         "plain_activations": report.plain_activations,
         "unreached_activations": report.unreached_activations,
+        # The layer explain's class activation maps use (the default, or --layer's),
+        # named as --layer takes it; None, with why, for a model that has none.
+        "cam_layer": report.cam_layers.get("gradcam"),
+        **({"cam_layer_error": as_flags(no_cam, ctx)} if no_cam else {}),
         **({"cam_layers": cam_layers} if cam_layers else {}),
         "labels_source": loaded.labels_source,
         "labels": loaded.labels,
@@ -162,6 +181,7 @@ def format_description(info: dict, all_classes: bool = False) -> str:
             f"{counts(info['unreached_activations'])})"
             if info.get("unreached_activations") else "")),
     ]
+    lines.append(("cam layer", info["cam_layer"] or f"none: {info.get('cam_layer_error')}"))
     if "cam_layers" in info:  # a transformer's token layers, the --layer a CAM may take
         lines.append(("cam layers", "; ".join(
             f"{kind}: {', '.join(names)}" for kind, names in info["cam_layers"].items() if names)))

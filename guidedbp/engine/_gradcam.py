@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from guidedbp._text import did_you_mean, some_of
-from guidedbp.engine import _graph
+from guidedbp.engine import _graph, _scopes
 from guidedbp.engine._tokens import (
     _enters_normalization,
     _is_tokens,
@@ -34,49 +34,29 @@ from guidedbp.engine._tokens import (
 )
 from guidedbp.errors import ArgumentError
 
-
-def layer_path(model, name: str) -> list[str] | None:
-    """Names of the Keras models enclosing layer ``name``, then its own; None if absent."""
-    layers = getattr(model, "layers", None)
-    if layers is None:
-        return None
-    for layer in layers:
-        if layer.name == name:
-            return [name]
-        inner = layer_path(layer, name) if hasattr(layer, "layers") else None
-        if inner:
-            return [layer.name, *inner]
-    return None
+#: The path of the first layer of a name (:func:`guidedbp.engine._scopes.layer_path`).
+layer_path = _scopes.layer_path
 
 
 def feature_map_by_name(forward_ops: list[tf.Operation], path: list[str],
                         model=None) -> tf.Tensor:
-    """The output of the layer whose name scope matches ``path``.
-
-    Keras opens a name scope per layer call; TensorFlow may suffix it (``conv``
-    becomes ``conv_1``). The layer's output is the output of the last op created
-    in its scope: a ``(N, h, w, k)`` feature map, or a token layer's ``(N, T, C)``
-    tokens (a transformer block's), read as a grid (:func:`token_grid`).
+    """The output of the layer at ``path`` (:func:`_layer_output`): a ``(N, h, w, k)``
+    feature map, or a token layer's ``(N, T, C)`` tokens (a transformer block's), read
+    as a grid (:func:`token_grid`).
 
     Raises:
         ArgumentError: No scope matches, or the layer's output is neither
             ``(N, h, w, k)`` nor tokens with a grid; the message lists the layers that
             are (:func:`feature_layers`).
     """
-    best = None
-    for op in forward_ops:
-        scopes = op.name.split("/")[:-1]
-        match = _match_scopes(scopes, path)
-        if match is not None and op.outputs and op.outputs[0].dtype.is_floating:
-            if best is None or match <= best[0]:
-                best = (match, op)
+    op = _layer_output(forward_ops, path, _scopes.layer_scopes(model, forward_ops))
     name = "/".join(path)
-    if best is None:
+    if op is None:
         layers = feature_layers(model, forward_ops)
         hint = did_you_mean(name, layers.names)
         raise ArgumentError(f"no layer named {name!r} in the model's graph"
                             + (f" ({hint})" if hint else "") + _listed(layers))
-    tensor = best[1].outputs[0]
+    tensor = op.outputs[0]
     if _is_tokens(tensor) and token_grid(tensor.shape[1]) is None:
         raise ArgumentError(_no_grid(name, tensor) + _listed(feature_layers(model, forward_ops)))
     if tensor.shape.rank != 4 and not _is_tokens(tensor):
@@ -86,6 +66,54 @@ def feature_map_by_name(forward_ops: list[tf.Operation], path: list[str],
             + _listed(feature_layers(model, forward_ops))
         )
     return tensor
+
+
+def _layer_output(forward_ops: list[tf.Operation], path: list[str],
+                  scopes: dict) -> tf.Operation | None:
+    """The last float op created in the call of the layer at ``path``, or None.
+
+    A Keras layer's path is found in the scope its call opened (``scopes``,
+    :func:`guidedbp.engine._scopes.layer_scopes`). Any other path (a SavedModel's
+    layers, a path of the graph's own scopes) matches the graph's name scopes
+    (:func:`_match_scopes`), which TensorFlow may have suffixed (``conv`` becomes
+    ``conv_1``).
+    """
+    prefix = scopes.get(tuple(path))
+    best = None
+    for op in forward_ops:
+        if not (op.outputs and op.outputs[0].dtype.is_floating):
+            continue
+        op_scopes = op.name.split("/")[:-1]
+        if prefix is not None:
+            if tuple(op_scopes[:len(prefix)]) == prefix:
+                best = (0, op)
+            continue
+        match = _match_scopes(op_scopes, path)
+        if match is not None and (best is None or match <= best[0]):
+            best = (match, op)
+    return None if best is None else best[1]
+
+
+def layer_name(model, forward_ops: list[tf.Operation], tensor: tf.Tensor) -> str:
+    """The name ``layer=`` takes for the layer whose output is ``tensor``: the Keras
+    layer's own name (``"conv5_block3_out"``; inside nested models too), or the path of
+    the models enclosing it (``"branch_b/conv"``) where a layer before it has that
+    name; for a graph without Keras layers (a SavedModel), its name scope
+    (``"conv2d_1"``), with the enclosing scopes where that is ambiguous. Each name is
+    checked to lead back to ``tensor`` as ``layer=`` reads it; where none does, the
+    tensor's whole name scope in the traced graph."""
+    scopes = _scopes.layer_scopes(model, forward_ops)
+    op_scopes = tensor.op.name.split("/")[:-1]
+    candidates = []
+    path = _scopes.owner(scopes, op_scopes)
+    if path:
+        candidates += [path[-1], "/".join(path)]
+    candidates += ["/".join(op_scopes[-depth:]) for depth in range(1, len(op_scopes) + 1)]
+    for name in candidates:
+        found = _layer_output(forward_ops, layer_path(model, name) or name.split("/"), scopes)
+        if found is not None and found.outputs[0].name == tensor.name:
+            return name
+    return "/".join(op_scopes)
 
 
 @dataclass(frozen=True)

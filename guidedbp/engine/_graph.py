@@ -316,6 +316,9 @@ class Report:
         head: The output head bypassed to reach the logit, or ``None``.
         num_classes: Number of classes the target may name.
         layer: Grad-CAM's feature-map layer (its name scope in the graph), or ``None``.
+        cam_layers: Each class activation map's layer (the methods with a feature map:
+            Grad-CAM and its kin, Score-CAM), by method, named as ``layer=`` takes it
+            (``{"gradcam": "conv5_block3_out"}``); empty when no method has one.
         guide: The scope of that rule: ``"all"`` (every activation) or ``"relu"`` (the
             ReLU family), or ``None`` when no method swaps gradients.
         by_rule: Each swapping rule the methods use (``"guided"``, ``"deconvnet"``) ->
@@ -337,6 +340,7 @@ class Report:
     head: str | None = None
     num_classes: int = 0
     layer: str | None = None
+    cam_layers: dict[str, str] = field(default_factory=dict)
     guide: str | None = None
     by_rule: dict[str, tuple[str, dict[str, int]]] = field(default_factory=dict)
     output_shape: tuple = ()
@@ -373,6 +377,7 @@ class Report:
             "head_bypassed": self.head,
             "num_classes": self.num_classes,
             "layer": self.layer,
+            "cam_layers": dict(self.cam_layers),
         }
 
     def __str__(self) -> str:
@@ -388,7 +393,17 @@ class Report:
                else "") + "\n"
             f"head bypassed: {self.head or 'none (output is already a logit)'}\n"
             f"classes: {self.num_classes}"
+            + (f"\nCAM layer: {format_layers(self.cam_layers)}" if self.cam_layers else "")
         )
+
+
+def format_layers(layers: dict[str, str]) -> str:
+    """``{"gradcam": "conv_1", "scorecam": "conv_1"}`` -> ``"conv_1 (gradcam, scorecam)"``:
+    each layer once, with the methods that use it."""
+    by_layer: dict[str, list[str]] = {}
+    for name, layer in layers.items():
+        by_layer.setdefault(layer, []).append(name)
+    return "; ".join(f"{layer} ({', '.join(names)})" for layer, names in by_layer.items())
 
 
 def format_counts(counts: dict[str, int]) -> str:

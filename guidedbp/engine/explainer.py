@@ -543,7 +543,9 @@ class Explainer:
                         traced.probabilities[:, column], traced.class_probabilities,
                         target=columns.targets[column] if columns.targets else None,
                         region_pixels=(columns.data[column].sum(axis=(1, 2)).astype(np.int64)
-                                       if columns.specs[column].kind == "region" else None))
+                                       if columns.specs[column].kind == "region" else None),
+                        region_masks=(columns.data[column] != 0
+                                      if columns.specs[column].kind == "region" else None))
             for column in range(traced.targets.shape[1])
         ]
 

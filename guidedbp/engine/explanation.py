@@ -50,6 +50,11 @@ class Explanation:
             Score-CAM, and those the explainer was given for its model, such as random
             weights); ``()`` when none were looked for. :meth:`caveats_of` reads one
             image's.
+        region_pixels: For a :class:`~.targets.Region` target, int64 ``(N,)``: how many
+            cells of the output's ``(H', W')`` grid its region holds; else ``None``.
+        region_masks: For a :class:`~.targets.Region` target, bool ``(N, H', W')``: the
+            region each score summed over, at the output's resolution (the model's own
+            argmax region, or the given mask resized to it); else ``None``.
     """
 
     by_method: dict
@@ -60,6 +65,7 @@ class Explanation:
     caveats: tuple[tuple[Caveat, ...], ...] = ()
     target: object = None
     region_pixels: np.ndarray | None = None
+    region_masks: np.ndarray | None = None
 
     def caveats_of(self, index: int) -> tuple[Caveat, ...]:
         """The caveats of image ``index`` (empty when there are none)."""

@@ -89,12 +89,21 @@ def run_local(plan: Plan, explainer, items: list, progress=None,
                     with interrupt.deferred():  # a manifest line and its count, or neither
                         delivery.deliver(record)
 
+            def decoded(futures: list[Future]) -> list[Prepared]:
+                results = []
+                for future in futures:  # counted as they come: the first batch's show
+                    results.append(future.result())
+                    _tell(progress, "decode", 1)
+                return results
+
             pending: list[list[Future]] = []
             upcoming = submit_decode(0)
             for index in range(len(batches)):
-                prepared, halt = _up_to_failure([f.result() for f in upcoming], fail_fast)
+                prepared, halt = _up_to_failure(decoded(upcoming), fail_fast)
                 upcoming = [] if halt else submit_decode(index + 1)
+                _tell(progress, "explaining")
                 explained = stages.explain(plan, explainer, prepared)
+                _tell(progress, "explained", len(prepared))
                 prepared, failed = _up_to_failure(prepared, fail_fast)  # the engine's failures
                 pending.append([writers.submit(writing.outcome, plan, p, explained.get(i))
                                 for i, p in enumerate(prepared)])
@@ -118,6 +127,14 @@ def run_local(plan: Plan, explainer, items: list, progress=None,
     summary.interrupted = interrupt.stopped
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def _tell(progress, event: str, *args) -> None:
+    """Call ``progress``'s method ``event``, where it has one (a progress object may
+    count deliveries alone)."""
+    told = getattr(progress, event, None)
+    if told is not None:
+        told(*args)
 
 
 def _up_to_failure(prepared: list[Prepared], fail_fast: bool) -> tuple[list[Prepared], bool]:

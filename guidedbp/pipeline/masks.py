@@ -110,12 +110,26 @@ def fit_mask(mask: np.ndarray, placement) -> np.ndarray:
     return fitted
 
 
-@functools.lru_cache(maxsize=8)
 def reference_input(path: str, digest: str, input_shape: tuple, preprocess: str,
                     size: tuple | None, resize: str, channels: int) -> np.ndarray:
     """A similarity reference image as the model takes it, decoded and fitted exactly as
     the inputs are (``size`` and ``resize``; a model with free sides and no ``size``
     takes it at its own size). Cached per process: every batch reads the same one
     (``digest`` keys the cache on the file's content)."""
+    return _reference(path, digest, input_shape, preprocess, size, resize, channels)[1]
+
+
+def reference_picture(path: str, digest: str, input_shape: tuple, preprocess: str,
+                      size: tuple | None, resize: str, channels: int) -> np.ndarray:
+    """The same reference as :func:`reference_input`, as the ``uint8`` picture the model
+    was given (fitted, not preprocessed): what a similarity's panel shows."""
+    return _reference(path, digest, input_shape, preprocess, size, resize, channels)[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _reference(path: str, digest: str, input_shape: tuple, preprocess: str,
+               size: tuple | None, resize: str, channels: int
+               ) -> tuple[np.ndarray, np.ndarray]:
     image = decode_image(path, channels=channels)
-    return prepare(image, input_shape, preprocess, size, resize)[2]
+    fitted, _, model_input = prepare(image, input_shape, preprocess, size, resize)
+    return fitted, model_input

@@ -12,7 +12,7 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -81,7 +81,11 @@ def explain_files(
         progress: An object with ``advance()``, called once per input (and
             ``begin(total)``, if it has one, called once before the first;
             ``passes(method, done, total)``, if it has one, as the explainer's
-            ``progress``: the perturbation methods' forward passes, local runner only).
+            ``progress``: the perturbation methods' forward passes, local runner only;
+            ``note(text)``, if it has one, once the model is loaded and before it is traced;
+            ``decode(count)``, ``explaining()`` and ``explained(count)``, if it has them,
+            as the local runner decodes each input, sends a batch into the engine and
+            has it back).
         **fields: Options by their flat names (``methods="guided,gradcam"``,
             ``top_k=3``, ``renders=("panel",)``, ``classes=("tabby",)``,
             ``targets=("region:circle", "unit:2")``, ``model_output="seg"``,
@@ -165,6 +169,8 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
 
             draw_as_workers(load or {})  # the very network the workers build: its digest
         loaded = _loaded(model, load)
+        if hasattr(progress, "note"):
+            progress.note("tracing the model...")
         wanted = options.classes
         outputs = model_outputs(loaded.model)
         if outputs is not None:  # before the engine traces a missing output
@@ -190,7 +196,8 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
                           for path in _paths_of(target))
         named = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
         plan = Plan(output, options, Feed.of(loaded), classes, num_classes, owned,
-                    guided=report.as_dict()["by_rule"], targets=targets,
+                    guided=report.as_dict()["by_rule"], layers=dict(report.cam_layers),
+                    targets=targets,
                     conditional=getattr(lock, "conditional", None) is True,
                     made_by=made_by(loaded, options, load, named))
         resumed = carried_over(plan, items, earlier) if options.output.skip_existing \
@@ -285,6 +292,8 @@ class ImageExplanation:
         explanation: The engine's :class:`~guidedbp.engine.explainer.Explanation`
             for this one image (batch axis of 1).
         labels: The model's class names, or ``None``.
+        layers: Each class activation map's layer, by method (``{"gradcam": "conv_1"}``,
+            named as ``layer=`` takes it); empty without one.
     """
 
     path: str
@@ -293,6 +302,7 @@ class ImageExplanation:
     placement: object
     explanation: Explanation
     labels: tuple[str, ...] | None = None
+    layers: dict[str, str] = field(default_factory=dict)
 
     @property
     def target(self) -> int:
@@ -380,7 +390,11 @@ def explain_image(model, path: str | os.PathLike, target=None, *, methods=None,
         explanation = replace(explanation, caveats=(
             unique((*loaded.caveats, *explanation.caveats_of(0))),))
     labels = None if loaded.labels is None else tuple(loaded.labels)
-    return ImageExplanation(os.fspath(path), image, fitted, placement, explanation, labels)
+    layers = {name: layer for name, layer in  # the report of this image's signature
+              explainer.report_for(model_input.shape).cam_layers.items()
+              if name in explanation.by_method}
+    return ImageExplanation(os.fspath(path), image, fitted, placement, explanation, labels,
+                            layers)
 
 
 def _refuse_for_one_image(options: RunOptions | None, fields: dict) -> None:

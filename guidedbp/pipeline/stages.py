@@ -71,6 +71,9 @@ class Plan:
         guided: What the swapping rules guided, from the explainer's report: rule ->
             ``{"guide": scope, "guided_activations": {kind: count}}`` (empty when no
             method swaps gradients); every record carries it.
+        layers: Each class activation map's layer, by method, from the explainer's report
+            (``{"gradcam": "conv5_block3_out"}``, named as ``--layer`` takes it; empty
+            without one): every record carries it, and the captions say it.
         targets: The run's :class:`~guidedbp.pipeline.targets.TargetPlan` when it names
             targets or a model output; ``None`` for a plain class run.
         conditional: OUT is on a store that honours conditional writes (``If-None-Match:
@@ -87,6 +90,7 @@ class Plan:
     num_classes: int = 0
     owned: frozenset = frozenset()
     guided: dict = field(default_factory=dict)
+    layers: dict = field(default_factory=dict)
     targets: TargetPlan | None = None
     conditional: bool = False
     made_by: dict = field(default_factory=dict)
@@ -122,7 +126,8 @@ class Explained:
 
     ``target`` is the class (a unit's flat index, a region's class; -1 for a
     similarity); ``value`` the score differentiated; ``pixels`` a region's size at the
-    output's resolution; ``planned`` the run's target (``None`` for a ranked class).
+    output's resolution and ``region`` the region itself there (bool ``(H', W')``);
+    ``planned`` the run's target (``None`` for a ranked class).
     """
 
     target: int
@@ -132,6 +137,7 @@ class Explained:
     value: float = float("nan")
     pixels: int | None = None
     planned: PlannedTarget | None = None
+    region: np.ndarray | None = None
 
 
 @dataclass
@@ -294,7 +300,8 @@ def _targets(plan: Plan, explainer, images: np.ndarray, prepared: list[Prepared]
                    {m: maps[index] for m, maps in e.by_method.items()}, e.caveats_of(index),
                    value=float(e.logits[index]),
                    pixels=None if e.region_pixels is None else int(e.region_pixels[index]),
-                   planned=target)
+                   planned=target,
+                   region=None if e.region_masks is None else e.region_masks[index])
          for e, target in zip(explanations, planned)]
         for index in range(len(images))
     ]

@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from guidedbp._text import one_line
+from guidedbp._text import layer_note, method_at_layer, one_line
 from guidedbp.caveats import NON_FINITE_SCORE, Caveat, unique
 from guidedbp.engine.methods import method
 from guidedbp.figures import is_own_figure, is_whole_figure
@@ -23,6 +23,7 @@ from guidedbp.io import store
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.write import atomic_write_bytes, encode_npy, encode_png, is_own_png, is_whole_png
 from guidedbp.models.preprocess import resize_map, resize_picture
+from guidedbp.pipeline.beside import Beside, beside
 from guidedbp.pipeline.naming import label_of
 from guidedbp.pipeline.stages import Explained, Plan, Prepared, is_npy
 from guidedbp.pipeline.targets import PlannedTarget, describe, ranked_target
@@ -90,29 +91,37 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
             picture = prepared.original
         else:
             shown, picture = entry.maps, prepared.fitted
+        extras = beside(plan, prepared, entry, planned, next(iter(shown.values())).shape[:2])
         label = label_of(entry.target, labels)
         if planned is None:
             named_class = f"{label} (class {entry.target})" if label else f"class {entry.target}"
             title = f"{named_class} p={entry.probability:.3f}"
         else:
-            title = describe(planned, entry.value, entry.probability, entry.pixels)
-        caption = title
+            title = describe(planned, entry.value, entry.probability, extras.pixels)
+        # The class activation maps' layer, said where their maps are shown.
+        with_layers = title + layer_note(options.methods, plan.layers)
+        caption = with_layers
         if len(options.methods) == 1:  # a comparison panel titles its columns instead
-            caption = f"{options.methods[0]}: {caption}"
+            caption = f"{method_at_layer(options.methods[0], plan.layers)}: {title}"
         for key, relative in outputs.items():
             if key == "figure":
-                _write_figure(plan, relative, outputs.values(), picture, shown, title,
+                _write_figure(plan, relative, outputs.values(), picture, shown, with_layers,
                               entry.caveats)
                 continue
             if key == "panel" and len(shown) > 1:
                 array = comparison_panel(shown, picture, caption, style, options.render.tile,
-                                         entry.caveats)
+                                         entry.caveats, extras)
             else:
                 name_of_method, _, name = key.rpartition(".")
+                one = caption  # one method's run: its caption
+                if name_of_method:  # one of several methods' renders: its own
+                    one = (f"{method_at_layer(name_of_method, plan.layers)}: {title}"
+                           if name_of_method in plan.layers else title)
                 name_of_method = name_of_method or options.methods[0]
                 lines = [c.line for c in entry.caveats if c.concerns(name_of_method)]
-                array = render(name, shown[name_of_method], picture, caption=caption,
-                               caveats=lines, **options.render.panel_style)
+                array = render(name, shown[name_of_method], picture, caption=one,
+                               caveats=lines, outline=extras.outline,
+                               reference=extras.reference, **options.render.panel_style)
             _save(plan, relative, encode_png(array), outputs.values())
         for name_of_method, relative in naming.raw_items(raw):
             _save(plan, relative, encode_npy(np.asarray(entry.maps[name_of_method],
@@ -124,19 +133,24 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
                             "raw": raw,
                             "caveats": [caveat.as_record() for caveat in entry.caveats]})
         else:
-            targets.append(_target_record(plan, prepared, entry, planned, outputs, raw, title))
+            targets.append(_target_record(plan, prepared, entry, planned, outputs, raw, title,
+                                          extras.pixels))
     return record(plan, prepared.item, "ok", None, targets, caveats)
 
 
 def _target_record(plan: Plan, prepared: Prepared, entry: Explained, planned: PlannedTarget,
-                   outputs: dict, raw, description: str) -> dict:
+                   outputs: dict, raw, description: str, image_pixels: int | None = None
+                   ) -> dict:
     """One target's manifest entry in a run with targets: a class's fields as ever (a
     target's index as its class, its value as its score where it has no probability),
-    then ``target`` (what was explained, :meth:`TargetPlan.identity`), ``value`` (the
-    score differentiated) and ``description``."""
+    then ``target`` (what was explained, :meth:`TargetPlan.identity`; a region's
+    ``pixels`` at the output's resolution and ``image_pixels``, its area in the maps'
+    pictures, which the description counts), ``value`` (the score differentiated) and
+    ``description``."""
     identity = plan.targets.identity(planned, prepared.mask_file, prepared.mask_sha256)
     if planned.kind == "region":
         identity["pixels"] = entry.pixels
+        identity["image_pixels"] = image_pixels
     is_class = planned.kind == "class"
     return {"class": None if planned.kind == "similar" else entry.target,
             "label": planned.name,
@@ -233,27 +247,53 @@ def _check_target(plan: Plan, relative: str, pictures) -> None:
 
 
 def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict,
-                     tile: int | None, caveats: tuple[Caveat, ...] = ()) -> np.ndarray:
-    """The original, then one titled column per method, each with its colorbar, and a
-    line per caveat under the caption.
+                     tile: int | None, caveats: tuple[Caveat, ...] = (),
+                     extras: Beside = Beside()) -> np.ndarray:
+    """The original (a region outlined on it), a similarity's reference, then one titled
+    column per method, each with its colorbar, and a line per caveat under the caption;
+    rows of at most :data:`~guidedbp.render.PANEL_COLUMNS` pictures.
 
-    Signed maps (gradients) show as the signed ``color`` render; a non-negative
-    coarse map (Grad-CAM) as its ``overlay`` on the picture.
+    Each map is drawn as :func:`panel_render` says: signed per-pixel maps (gradients) as
+    the signed ``color`` render, signed coarse maps (occlusion, KernelSHAP, LIME) as a
+    signed overlay on the picture, non-negative maps (the CAMs, RISE, Sobol) as their
+    ``overlay``.
     """
-    columns = [Column("original", picture)]
+    columns = [Column("original", picture, outline=extras.outline)]
+    if extras.reference is not None:
+        columns.append(Column("reference", extras.reference))
     for name, saliency in maps.items():
-        drawn = "color" if method(name).signed else "overlay"
-        columns.append(render_column(drawn, saliency, picture, title=name, **style))
+        columns.append(render_column(panel_render(name), saliency, picture, title=name,
+                                     **style))
     return render_panel(columns, caption=caption, tile=tile,
                         caveats=[caveat.line for caveat in caveats])
+
+
+def panel_render(name: str) -> str:
+    """How a comparison panel draws method ``name``'s map: its sign kept wherever it has
+    one, over the picture wherever the map is coarse.
+
+    A gradient is a map of pixels: the ``color`` render shows its sign channel by
+    channel, and laid over the photo it would hide what it traces. A class activation
+    map (and RISE, Sobol) is non-negative and coarse: its ``overlay`` on the picture.
+    Occlusion, KernelSHAP and LIME are coarse too but signed (a patch that lowers the
+    score is not one that raises it): a ``signed-overlay``, red and blue on the picture.
+
+    >>> panel_render("guided"), panel_render("gradcam"), panel_render("kernelshap")
+    ('color', 'overlay', 'signed-overlay')
+    """
+    record = method(name)
+    if not record.signed:
+        return "overlay"
+    return "signed-overlay" if record.perturbation else "color"
 
 
 def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict],
            caveats: list[Caveat] | tuple[Caveat, ...] = ()) -> dict:
     """One input's manifest record; the first target's fields are repeated at the top,
     ``caveats`` (every class's, without repeats) are listed as
-    ``{"code", "text"[, "method"]}`` objects, and ``made_by`` says what made its maps
-    (:mod:`guidedbp.io.made_by`)."""
+    ``{"code", "text"[, "method"]}`` objects, ``layers`` names each class activation
+    map's layer (``{"gradcam": "conv_1"}``, empty without one) and ``made_by`` says what
+    made its maps (:mod:`guidedbp.io.made_by`)."""
     first = targets[0] if targets else {}
     return {
         "input": item.path,
@@ -264,6 +304,7 @@ def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict],
         "score": first.get("score"),
         "method": ",".join(plan.options.methods),
         "guided": plan.guided,
+        "layers": plan.layers,
         "outputs": first.get("outputs", {}),
         "raw": first.get("raw"),
         "targets": targets,

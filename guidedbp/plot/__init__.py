@@ -11,7 +11,8 @@ A figure shows the picture, then one column per method, each with its own colorb
 
 If the percentile is 0 (a very sparse map), the maximum is used, as the renders do;
 there is no other floor, so a map of values near ``1e-14`` is drawn as the same map at 1.
-The suptitle is the panel's caption, e.g. ``"circle (class 0) p=0.998"``, followed by
+The suptitle is the panel's caption, e.g. ``"circle (class 0) p=0.998"`` (``" · gradcam
+at conv_1"`` after it: the class activation maps' layer, where the result names it), followed by
 one line per caveat of the result (``"\u26a0 guided = plain gradient: the model has no
 guided activation"``; see :mod:`guidedbp.caveats`).
 
@@ -137,7 +138,7 @@ def plot(
     maps = _select(maps, methods)
     caveats = [caveat.line for caveat in getattr(result, "caveats", ())
                if any(caveat.concerns(name) for name in maps)]
-    return build_figure(picture, maps, _caption(result), cmap, clip, 3.0,
+    return build_figure(picture, maps, _caption(result, maps), cmap, clip, 3.0,
                         None if figsize is None else tuple(float(side) for side in figsize),
                         caveats)
 
@@ -215,7 +216,7 @@ def compare(
                 f"{', '.join(column.name for column in rows[0].columns)}: choose the "
                 "columns with methods=")
         columns = [map_column(name, values, clip) for name, values in maps.items()]
-        rows.append(Row(fit_picture(picture, columns), columns, _row_label(result),
+        rows.append(Row(fit_picture(picture, columns), columns, _row_label(result, maps),
                         _caveat_lines(result, maps)))
     if figsize is None:
         count = len(rows[0].columns)
@@ -227,13 +228,14 @@ def compare(
     return draw_grid(rows, title, sequential, figsize)
 
 
-def _row_label(result) -> str:
+def _row_label(result, maps=()) -> str:
     """``"circle_0.png\ncircle (class 0) p=0.998"``: the file (when the result has a
-    ``path``) and the caption."""
+    ``path``) and the caption (with the layer of the class activation maps among
+    ``maps``)."""
     import os
 
     path = getattr(result, "path", None)
-    caption = _caption(result)
+    caption = _caption(result, maps)
     return f"{os.path.basename(os.fspath(path))}\n{caption}" if path else caption
 
 

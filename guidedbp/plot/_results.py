@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from guidedbp._text import layer_note
 from guidedbp.errors import ArgumentError
 from guidedbp.render.options import OUTPUT_SIZES
 
@@ -37,15 +38,17 @@ def _select(maps: Mapping[str, np.ndarray], methods) -> dict[str, np.ndarray]:
     return {name: maps[name] for name in dict.fromkeys(names)}
 
 
-def _caption(result) -> str:
+def _caption(result, methods=()) -> str:
     """The panel's caption: ``"circle (class 0) p=0.998"``, or ``"class 3 p=0.500"``; a
     target that is no class by its label and score (``"unit:0 = 0.823"``: a regressor's
-    value, explained for want of a class)."""
+    value, explained for want of a class); then the layer of the class activation maps
+    among ``methods`` (``" · gradcam at conv_1"``), where the result names it."""
+    note = layer_note(methods, getattr(result, "layers", None) or {})
     explained = getattr(getattr(result, "explanation", None), "target", None)
     if explained is not None and getattr(explained, "kind", "class") != "class":
-        return f"{explained.label} = {float(result.explanation.logits[0]):.3g}"
+        return f"{explained.label} = {float(result.explanation.logits[0]):.3g}{note}"
     target, label = int(result.target), result.label
     named_class = f"{label} (class {target})" if label else f"class {target}"
-    return f"{named_class} p={float(result.probability):.3f}"
+    return f"{named_class} p={float(result.probability):.3f}{note}"
 
 

@@ -4,7 +4,8 @@ Every function takes a saliency map of shape ``(H, W, 1)`` or ``(H, W, 3)``
 (and, for overlays and panels, the original ``uint8`` image of the same size)
 and returns a ``uint8`` array ready to save. The same input gives the same
 pixels on every run and machine. See :mod:`guidedbp.render.maps` for the
-renders, :mod:`guidedbp.render.panel` for side-by-side panels and
+renders, :mod:`guidedbp.render.columns` for renders by name and as panel columns with
+their scales, :mod:`guidedbp.render.panel` for panels and
 :mod:`guidedbp.render.colormaps` for the colormaps and their sources and
 licences.
 
@@ -23,25 +24,27 @@ from guidedbp.render.colormaps import (
     colormap_lut,
     colormap_names,
 )
+from guidedbp.render.columns import COLUMN_RENDERS, render, render_column
 from guidedbp.render.maps import (
     DEFAULT_ALPHA,
     DEFAULT_CLIP,
     DEFAULT_RENDERS,
     RENDERS,
     magnitude,
-    render,
     render_color,
-    render_column,
     render_gray,
     render_heatmap,
     render_overlay,
+    render_signed_overlay,
 )
 from guidedbp.render.panel import (
     DEFAULT_TILE,
     MAX_TILE,
     MIN_TILE,
+    PANEL_COLUMNS,
     PANEL_GAP,
     PANEL_MARGIN,
+    PANEL_ROW_GAP,
     Column,
     Scale,
     render_panel,
@@ -49,6 +52,7 @@ from guidedbp.render.panel import (
 
 __all__ = [
     "COLORMAPS",
+    "COLUMN_RENDERS",
     "DEFAULT_ALPHA",
     "DEFAULT_CLIP",
     "DEFAULT_COLORMAP",
@@ -56,8 +60,10 @@ __all__ = [
     "DEFAULT_TILE",
     "MAX_TILE",
     "MIN_TILE",
+    "PANEL_COLUMNS",
     "PANEL_GAP",
     "PANEL_MARGIN",
+    "PANEL_ROW_GAP",
     "Column",
     "Scale",
     "RENDERS",
@@ -72,4 +78,5 @@ __all__ = [
     "render_heatmap",
     "render_overlay",
     "render_panel",
+    "render_signed_overlay",
 ]

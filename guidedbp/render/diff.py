@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from guidedbp.render.colormaps import DEFAULT_COLORMAP, colormap_lut
-from guidedbp.render.maps import render_column, render_gray
+from guidedbp.render.columns import render_column
+from guidedbp.render.maps import render_gray
 from guidedbp.render.panel import DEFAULT_TILE, Column, Scale, render_panel
 
 __all__ = ["DIFF_COLUMNS", "difference_levels", "render_difference"]

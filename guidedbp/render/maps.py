@@ -58,13 +58,11 @@ from __future__ import annotations
 import functools
 import math
 import threading
-from collections.abc import Sequence
 
 import numpy as np
 
-from guidedbp._text import did_you_mean
 from guidedbp.render.colormaps import DEFAULT_COLORMAP, colormap_lut
-from guidedbp.render.panel import DEFAULT_TILE, Column, Scale, as_rgb, render_panel
+from guidedbp.render.panel import as_rgb
 
 __all__ = [
     "STRIP_VALUES",
@@ -73,13 +71,14 @@ __all__ = [
     "DEFAULT_CLIP",
     "DEFAULT_RENDERS",
     "RENDERS",
+    "NEGATIVE_COLOR",
+    "POSITIVE_COLOR",
     "magnitude",
-    "render",
     "render_color",
     "render_gray",
     "render_heatmap",
     "render_overlay",
-    "render_column",
+    "render_signed_overlay",
 ]
 
 #: Every render name, in the order the CLI lists them.
@@ -95,6 +94,11 @@ DEFAULT_ALPHA = 0.5
 STRIP_VALUES = 1 << 21
 #: Work arrays up to this many values (8 MB) are kept for the thread's next render.
 KEPT_WORK_VALUES = 1 << 20
+
+#: The signed overlay's colour of positive values (raising the score), and of negative
+#: ones: SHAP's red and blue (``shap.plots.colors.red_rgb``, ``blue_rgb``).
+POSITIVE_COLOR = (255, 0, 81)
+NEGATIVE_COLOR = (0, 139, 251)
 
 _COLOR_SCALE = 0.1  # one standard deviation becomes 0.1 of the intensity range
 
@@ -478,125 +482,73 @@ def _blend_table(alpha: float) -> np.ndarray:
     return table
 
 
-def render(
-    name: str,
+def render_signed_overlay(
     saliency: np.ndarray,
-    image: np.ndarray | None = None,
-    *,
-    cmap: str = DEFAULT_COLORMAP,
-    clip: float = DEFAULT_CLIP,
+    image: np.ndarray,
     alpha: float = DEFAULT_ALPHA,
-    caption: str | None = None,
-    tile: int | None = DEFAULT_TILE,
-    caveats: Sequence[str] = (),
+    clip: float = DEFAULT_CLIP,
 ) -> np.ndarray:
-    """Make one of :data:`RENDERS` by name.
+    """Lay a signed map over the image: red where it is positive, blue where negative.
 
-    ``panel`` shows ``original`` (when ``image`` is given), ``color``, ``gray``
-    and ``overlay`` (when ``image`` is given) side by side in tiles of ``tile`` pixels,
-    with ``caption`` above and a colorbar under each map
-    (:func:`~guidedbp.render.render_panel`).
+    As SHAP draws attributions, over the image in grey (so that no colour of the photo
+    reads as a sign): the map's value ``v`` (summed over channels) becomes
+    ``t = clip(v / c, -1, 1)``, where ``c`` is the ``clip`` percentile of ``|v|`` (its
+    maximum if that is 0), and each channel of a pixel is ``floor((1 - w) * grey + w *
+    colour + 0.5)`` with ``grey = 0.299 R + 0.587 G + 0.114 B`` of the image,
+    ``w = alpha * |t|`` and ``colour`` :data:`POSITIVE_COLOR` or :data:`NEGATIVE_COLOR`.
+    Where the map is 0 the image shows (in grey), so a coarse map (occlusion,
+    KernelSHAP, LIME) reads as places on the photo, and its sign stays.
 
     Args:
-        name: One of :data:`RENDERS`.
         saliency: Real array of shape ``(H, W, 1)`` or ``(H, W, 3)``.
-        image: ``uint8`` picture of the same ``H`` and ``W``; required by
-            ``overlay``, optional for ``panel``, ignored otherwise.
-        cmap: Colormap for ``heatmap``, ``overlay`` and ``panel``.
-        clip: Magnitude percentile for ``gray``, ``heatmap``, ``overlay``, ``panel``.
-        alpha: Heatmap weight for ``overlay`` and ``panel``.
-        caption: Caption for ``panel``; ignored otherwise.
-        caveats: Lines drawn under the caption of a ``panel`` (see
-            :func:`~guidedbp.render.render_panel`); ignored otherwise.
-        tile: Tile size for ``panel`` (``None``: the map's own size); ignored otherwise.
+        image: ``uint8`` picture of the same ``H`` and ``W`` (see :func:`render_overlay`).
+        alpha: The colour's weight where ``|v| >= c``, in [0, 1].
+        clip: Percentile in (0, 100] of ``|v|`` that gets the full weight.
 
     Returns:
-        The render, ``uint8`` ``(H, W)`` for ``gray`` and RGB otherwise.
+        ``uint8`` array of shape ``(H, W, 3)``.
 
     Raises:
-        ValueError: If ``name`` is unknown, ``overlay`` has no image, or any
-            render function rejects its arguments.
+        ValueError: If ``image`` is not ``uint8``, has the wrong shape or a size other
+            than the map's, or an argument is out of range.
 
-    >>> render("gray", np.array([[[0.0], [4.0]]]), clip=100.0).tolist()
-    [[0, 255]]
+    >>> saliency = np.array([[[2.0], [0.0], [-1.0]]])
+    >>> image = np.full((1, 3, 3), 100, np.uint8)
+    >>> render_signed_overlay(saliency, image, alpha=1.0, clip=100.0).tolist()
+    [[[255, 0, 81], [100, 100, 100], [50, 120, 176]]]
+    >>> render_signed_overlay(saliency, np.full((1, 3, 3), (200, 0, 0), np.uint8),
+    ...                       clip=100.0)[0, 1].tolist()  # red shows as its grey
+    [60, 60, 60]
     """
-    if name == "color":
-        return render_color(saliency)
-    if name == "gray":
-        return render_gray(saliency, clip=clip)
-    if name == "heatmap":
-        return render_heatmap(saliency, cmap=cmap, clip=clip)
-    if name == "overlay":
-        if image is None:
-            raise ValueError("render 'overlay' needs the original image, got image=None")
-        return render_overlay(saliency, image, alpha=alpha, cmap=cmap, clip=clip)
-    if name == "panel":
-        if image is not None:  # reduced once, if it is larger than the map
-            image = as_rgb(image, "image", np.shape(saliency)[:2])
-        columns = [Column("original", image)] if image is not None else []
-        columns += [render_column(name, saliency, image, cmap=cmap, clip=clip, alpha=alpha)
-                    for name in ("color", "gray", "overlay") if image is not None or
-                    name != "overlay"]
-        return render_panel(columns, caption=caption, tile=tile, caveats=caveats)
-    hint = did_you_mean(name, RENDERS)
-    raise ValueError(f"unknown render {name!r}{f' ({hint})' if hint else ''}; expected one "
-                     f"of: {', '.join(RENDERS)}")
+    return _signed_overlay_and_ceiling(saliency, image, alpha, clip)[0]
 
 
-def render_column(
-    name: str,
-    saliency: np.ndarray,
-    image: np.ndarray | None = None,
-    *,
-    title: str | None = None,
-    cmap: str = DEFAULT_COLORMAP,
-    clip: float = DEFAULT_CLIP,
-    alpha: float = DEFAULT_ALPHA,
-) -> Column:
-    """One render as a panel :class:`~guidedbp.render.panel.Column`, with its scale.
-
-    The scale says which values the colours stand for: for ``color``, a gray ramp from
-    the mean minus five standard deviations (black) through the mean (mid-gray) to the
-    mean plus five (white); for ``gray``, ``heatmap`` and ``overlay``, the ramp or
-    colormap from 0 to the ``clip`` percentile of the magnitude (and above).
-
-    Args:
-        name: One of :data:`RENDERS` except ``panel``.
-        saliency, image, cmap, clip, alpha: As for :func:`render`.
-        title: The column's title; default ``name``.
-
-    Returns:
-        A :class:`~guidedbp.render.panel.Column` whose picture is ``render(name, ...)``
-        as RGB.
-
-    >>> column = render_column("gray", np.array([[[0.0], [4.0]]]), clip=100.0)
-    >>> column.picture[0, :, 0].tolist(), column.scale.labels
-    ([0, 255], ('0', '4 (p100)'))
-    """
-    title = name if title is None else title
-    if name == "color":
-        picture, (low, mean, high) = _color_and_range(saliency)
-        ramp = np.repeat(np.arange(256, dtype=np.uint8)[:, np.newaxis], 3, axis=1)
-        return Column(title, picture, Scale(ramp, (_number(low), _number(mean), _number(high))))
-    if name not in ("gray", "heatmap", "overlay"):
-        raise ValueError(f"render {name!r} has no column; expected one of: color, gray, "
-                         "heatmap, overlay")
-    gray, ceiling = _gray_and_ceiling(saliency, clip)
-    labels = ("0", f"{_number(ceiling)} (p{_number(_check_clip(clip))})")
-    if name == "gray":
-        ramp = np.repeat(np.arange(256, dtype=np.uint8)[:, np.newaxis], 3, axis=1)
-        return Column(title, np.repeat(gray[:, :, np.newaxis], 3, axis=2), Scale(ramp, labels))
-    table = colormap_lut(cmap)
-    if name == "heatmap":
-        return Column(title, np.take(table, gray, axis=0), Scale(table, labels))
-    if image is None:
-        raise ValueError("render 'overlay' needs the original image, got image=None")
-    # The heatmap of the levels already computed: the percentile is taken once.
-    return Column(title, _blend(np.take(table, gray, axis=0), image, _check_alpha(alpha)),
-                  Scale(table, labels))
-
-
-def _number(value: float) -> str:
-    """A tick label: three significant digits, no trailing zeros, no ``-0``."""
-    text = f"{value:.3g}"
-    return "0" if text in ("0", "-0") else text
+def _signed_overlay_and_ceiling(saliency: np.ndarray, image: np.ndarray, alpha: float,
+                                clip: float) -> tuple[np.ndarray, float]:
+    """:func:`render_signed_overlay` and ``c``, the value given the full weight (0.0 for
+    an all-zero map)."""
+    alpha, clip = _check_alpha(alpha), _check_clip(clip)
+    values = _check_saliency(saliency)
+    rgb = as_rgb(image, "image", values.shape[:2])
+    if rgb.shape[:2] != values.shape[:2]:
+        raise ValueError(
+            f"image has size {rgb.shape[0]}x{rgb.shape[1]} (H x W) but the saliency map "
+            f"has {values.shape[0]}x{values.shape[1]}; resize one to the other first")
+    strips = _strips(values.shape)
+    magnitudes = np.empty(values.shape[:2])  # |v| in float64: one map, not its sums too
+    for rows in strips:
+        np.abs(values[rows].sum(axis=2, dtype=np.float64), out=magnitudes[rows])
+    ceiling = float(np.percentile(magnitudes, clip, method="linear"))
+    if ceiling <= 0.0:  # a sparse map: its maximum, as render_gray does
+        ceiling = float(magnitudes.max())
+    out = np.empty_like(rgb)
+    divisor = ceiling if ceiling > 0.0 else 1.0  # an all-zero map: the grey image
+    for rows in strips:
+        weight = np.minimum(magnitudes[rows] / divisor, 1.0)[:, :, np.newaxis] * alpha
+        positive = values[rows].sum(axis=2, dtype=np.float64)[:, :, np.newaxis] > 0
+        colour = np.where(positive, POSITIVE_COLOR, NEGATIVE_COLOR)
+        channels = rgb[rows].astype(np.float64)  # elementwise: the same sums on every CPU
+        grey = channels[:, :, 0] * 0.299 + channels[:, :, 1] * 0.587 + channels[:, :, 2] * 0.114
+        blended = grey[:, :, np.newaxis] * (1.0 - weight) + colour * weight
+        out[rows] = np.clip(np.floor(blended + 0.5), 0, 255)
+    return out, ceiling

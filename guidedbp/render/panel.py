@@ -2,10 +2,12 @@
 
 Pure numpy and Pillow. Every picture is scaled to a tile (:data:`DEFAULT_TILE` px on
 its longer side: a small picture is enlarged with nearest-neighbour, so its pixels stay
-sharp squares; a large one is reduced by area averaging). Text is set in the TrueType
-font Pillow ships (Aileron Regular), wrapped rather than cut, and a map that has a
-scale gets a colorbar with its values underneath. The same input gives the same bytes
-on every run.
+sharp squares; a large one is reduced by area averaging). More than
+:data:`PANEL_COLUMNS` pictures wrap onto further rows of the same grid, so that a panel
+of every method stays about as wide as a page. Text is set in the TrueType font Pillow
+ships (Aileron Regular), wrapped rather than cut, and a map that has a scale gets a
+colorbar with its values underneath (a scale's legend, once, under the grid). A region
+can be outlined on a picture. The same input gives the same bytes on every run.
 
 >>> import numpy as np
 >>> from guidedbp.render import PANEL_GAP, render_panel
@@ -17,14 +19,37 @@ True
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
 
-__all__ = ["DEFAULT_TILE", "PANEL_GAP", "PANEL_MARGIN", "Column", "Scale", "as_rgb", "render_panel"]
+from guidedbp.render.marks import (
+    _CAPTION_SIZE,
+    _CAVEAT_SIZE,
+    _ICON_GAP,
+    _LEGEND_LINES,
+    _LINE_GAP,
+    _SWATCH_WIDTH,
+    _TITLE_SIZE,
+    _WHITE,
+    Scale,
+    _bar_height,
+    _draw_bar,
+    _draw_caveats,
+    _draw_legends,
+    _draw_lines,
+    _font,  # noqa: F401 (tests measure text with it)
+    _icon_side,
+    _line_height,  # noqa: F401
+    _outlined,
+    _text_height,
+    _wrap,
+)
+
+__all__ = ["DEFAULT_TILE", "PANEL_COLUMNS", "PANEL_GAP", "PANEL_MARGIN", "PANEL_ROW_GAP",
+           "Column", "Scale", "as_rgb", "render_panel"]
 
 #: Pixels on the longer side of each picture in a panel.
 DEFAULT_TILE = 224
@@ -36,53 +61,26 @@ MAX_TILE = 4096
 PANEL_GAP = 8
 #: White pixels around the whole panel.
 PANEL_MARGIN = 8
-
-_CAPTION_SIZE = 16  # font sizes, in pixels
-_TITLE_SIZE = 14
-_TICK_SIZE = 12
-_CAVEAT_SIZE = 13
-_LINE_GAP = 2  # pixels between two lines of text
-_BAR_HEIGHT = 10
-_BAR_GAP = 4  # between a picture and its colorbar, and the bar and its labels
-_MAX_LINES = 3  # a caption or title longer than this many lines ends in "..."
-_WHITE = (255, 255, 255)
-_BLACK = (0, 0, 0)
-_BAR_EDGE = (96, 96, 96)
-_CAVEAT_INK = (170, 30, 0)  # a caveat's text: dark red, unlike every other word
-_ICON_FILL = (255, 176, 0)  # the warning triangle before it
-_ICON_GAP = 4  # between the triangle and the text
-_TICK_SPACE = 8  # the least room between two tick labels
-
-
-@dataclass(frozen=True)
-class Scale:
-    """What the colours of a rendered map mean: drawn as a colorbar under it.
-
-    Attributes:
-        colors: ``uint8`` ``(256, 3)``: entry 0 is the left end of the bar.
-        labels: Tick labels spread evenly along the bar, first at the left end, last at
-            the right (e.g. ``("0", "0.012 (p99)")``).
-    """
-
-    colors: np.ndarray
-    labels: tuple[str, ...]
-
-    def __post_init__(self):
-        colors = np.asarray(self.colors)
-        if colors.shape != (256, 3) or colors.dtype != np.uint8:
-            raise ValueError(f"scale colors must be uint8 of shape (256, 3), got "
-                             f"{colors.dtype} {colors.shape}")
-        if not all(isinstance(label, str) for label in self.labels):
-            raise TypeError("scale labels must be strings")
+#: The most pictures in one row of a panel: more wrap onto the next row of the grid
+#: (6 tiles of :data:`DEFAULT_TILE` make a panel 1,400 px wide).
+PANEL_COLUMNS = 6
+#: White pixels between two rows of a wrapped panel (under the first row's colorbars).
+PANEL_ROW_GAP = 12
 
 
 @dataclass(frozen=True)
 class Column:
-    """One picture of a panel: its title, its pixels and, for a map, its scale."""
+    """One picture of a panel: its title, its pixels and, for a map, its scale.
+
+    ``outline``: a region on the picture, bool ``(H, W)`` of the picture's size: its
+    boundary is drawn over the tile (the region's pixels that touch the outside, in
+    white, and the outside pixels that touch it, in black).
+    """
 
     title: str
     picture: np.ndarray
     scale: Scale | None = None
+    outline: np.ndarray | None = None
 
 
 def as_rgb(image: np.ndarray, what: str, size: tuple[int, int] | None = None) -> np.ndarray:
@@ -139,120 +137,31 @@ def _to_tile(picture: np.ndarray, factor: float) -> np.ndarray:
     return _resized(picture, size, method)
 
 
-@functools.lru_cache(maxsize=8)
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    # The TrueType font Pillow carries inside itself (Pillow >= 10.1, with FreeType):
-    # no font file on the machine is read, so a panel looks the same everywhere the
-    # same Pillow runs.
-    return ImageFont.load_default(size=size)
+def _legends(prepared: list[Column]) -> list[Scale]:
+    """The scales whose legends the panel writes: the first of each legend's text."""
+    seen: dict[str, Scale] = {}
+    for column in prepared:
+        if column.scale is not None and column.scale.legend.strip():
+            seen.setdefault(column.scale.legend, column.scale)
+    return list(seen.values())
 
 
-def _line_height(size: int) -> int:
-    return int(_font(size).getbbox("Agjpqy|")[3])
-
-
-def _printable(text: str) -> str:
-    # Control characters (newlines included) become spaces; characters outside
-    # Latin-1, which the font may lack, become '?'.
-    text = "".join(ch if ch.isprintable() else " " for ch in text)
-    return text.encode("latin-1", "replace").decode("latin-1")
-
-
-def _wrap(text: str, width: int, size: int) -> list[str]:
-    """``text`` broken into lines of at most ``width`` pixels: at spaces, and inside a
-    word only when the word alone is wider; at most :data:`_MAX_LINES`, the last one
-    ending in "..." when text is left over."""
-    font = _font(size)
-    fits = lambda line: font.getlength(line) <= width  # noqa: E731
-    lines: list[str] = []
-    for word in _printable(text).split():
-        candidate = f"{lines[-1]} {word}" if lines else word
-        if lines and fits(candidate):
-            lines[-1] = candidate
-            continue
-        while word:  # a new line; a word wider than the column is cut into pieces
-            cut = len(word)
-            while cut > 1 and not fits(word[:cut]):
-                cut -= 1
-            lines.append(word[:cut])
-            word = word[cut:]
-    if len(lines) > _MAX_LINES:
-        last = lines[_MAX_LINES - 1]
-        while last and not fits(last + "..."):
-            last = last[:-1]
-        lines = lines[:_MAX_LINES - 1] + [last + "..."]
-    return lines
-
-
-def _draw_lines(canvas: Image.Image, lines: list[str], left: int, top: int, width: int,
-                size: int) -> None:
-    """Draw ``lines`` centred in ``[left, left + width)`` from ``top`` down."""
-    draw, font, step = ImageDraw.Draw(canvas), _font(size), _line_height(size) + _LINE_GAP
-    for number, line in enumerate(lines):
-        draw.text((left + width / 2, top + number * step), line, fill=_BLACK, font=font,
-                  anchor="ma")
-
-
-def _icon_side() -> int:
-    return _line_height(_CAVEAT_SIZE)
-
-
-def _draw_caveats(canvas: Image.Image, blocks: list[list[str]], left: int, top: int) -> None:
-    """Each caveat's lines left-aligned from ``left``, after a warning triangle."""
-    draw, font = ImageDraw.Draw(canvas), _font(_CAVEAT_SIZE)
-    side, step = _icon_side(), _line_height(_CAVEAT_SIZE) + _LINE_GAP
-    for lines in blocks:
-        draw.polygon([(left, top + side - 1), (left + side - 1, top + side - 1),
-                      (left + (side - 1) / 2, top)], fill=_ICON_FILL, outline=_CAVEAT_INK)
-        draw.text((left + side / 2, top + side * 0.3), "!", fill=_BLACK,
-                  font=_font(max(6, side * 2 // 3)), anchor="ma")
-        for number, line in enumerate(lines):
-            draw.text((left + side + _ICON_GAP, top + number * step), line, fill=_CAVEAT_INK,
-                      font=font)
-        top += _text_height(len(lines), _CAVEAT_SIZE)
-
-
-def _text_height(lines: int, size: int) -> int:
-    return 0 if lines == 0 else lines * (_line_height(size) + _LINE_GAP)
-
-
-def _bar_height() -> int:
-    return _BAR_GAP + _BAR_HEIGHT + _BAR_GAP + _line_height(_TICK_SIZE)
-
-
-def _draw_bar(canvas: Image.Image, scale: Scale, left: int, top: int, width: int) -> None:
-    """The colorbar of ``scale``, ``width`` pixels wide, its labels underneath."""
-    indices = (np.arange(width) * 256) // width
-    bar = np.repeat(np.asarray(scale.colors)[indices][np.newaxis], _BAR_HEIGHT, axis=0)
-    canvas.paste(Image.fromarray(bar), (left, top + _BAR_GAP))
-    draw = ImageDraw.Draw(canvas)
-    draw.rectangle((left, top + _BAR_GAP, left + width - 1, top + _BAR_GAP + _BAR_HEIGHT - 1),
-                   outline=_BAR_EDGE)
-    font = _font(_TICK_SIZE)
-    labels = [_printable(label) for label in scale.labels]
-    # Labels that would touch are dropped, the middle ones first, then the left end.
-    while len(labels) > 1 and sum(font.getlength(label) for label in labels) \
-            + _TICK_SPACE * (len(labels) - 1) > width:
-        del labels[len(labels) // 2 if len(labels) > 2 else 0]
-    count = len(labels)
-    y = top + 2 * _BAR_GAP + _BAR_HEIGHT
-    for number, label in enumerate(labels):
-        if count == 1:
-            x, anchor = left + width, "ra"
-        elif number == 0:
-            x, anchor = left, "la"
-        elif number == count - 1:
-            x, anchor = left + width, "ra"
-        else:
-            x, anchor = left + width * number / (count - 1), "ma"
-        draw.text((x, y), label, fill=_BLACK, font=font, anchor=anchor)
+def _tiled_region(region: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """``region`` scaled to ``size`` (H, W) as its picture was: nearest-neighbour up,
+    area average down (a tile pixel at least half inside is inside)."""
+    if region.shape == tuple(size):
+        return region
+    levels = region.astype(np.uint8)[:, :, np.newaxis] * np.uint8(255)
+    method = Image.Resampling.NEAREST if size[0] > region.shape[0] else Image.Resampling.BOX
+    return _resized(levels, size, method)[:, :, 0] >= 128
 
 
 def _columns_of(columns: Sequence) -> list[Column]:
     prepared: list[Column] = []
     for index, item in enumerate(columns):
+        outline = None
         if isinstance(item, Column):
-            title, picture, scale = item.title, item.picture, item.scale
+            title, picture, scale, outline = item.title, item.picture, item.scale, item.outline
         elif isinstance(item, (tuple, list)) and len(item) in (2, 3):
             title, picture, scale = (*item, None)[:3]
         else:
@@ -263,7 +172,13 @@ def _columns_of(columns: Sequence) -> list[Column]:
             raise TypeError(f"columns[{index}] scale must be a Scale or None, got "
                             f"{type(scale).__name__}")
         picture = as_rgb(picture, f"columns[{index}] picture ({title!r})")
-        prepared.append(Column(title, picture, scale))
+        if outline is not None:
+            outline = np.asarray(outline)
+            if outline.dtype != bool or outline.shape != picture.shape[:2]:
+                raise ValueError(f"columns[{index}] outline must be bool of the picture's "
+                                 f"shape {picture.shape[:2]}, got {outline.dtype} "
+                                 f"{outline.shape}")
+        prepared.append(Column(title, picture, scale, outline))
     if not prepared:
         raise ValueError("columns must hold at least one (title, picture) pair, got none")
     heights = [column.picture.shape[0] for column in prepared]
@@ -274,17 +189,22 @@ def _columns_of(columns: Sequence) -> list[Column]:
 
 def render_panel(
     columns: Sequence, caption: str | None = None, tile: int | None = DEFAULT_TILE,
-    caveats: Sequence[str] = (),
+    caveats: Sequence[str] = (), per_row: int = PANEL_COLUMNS,
 ) -> np.ndarray:
-    """Lay pictures side by side on white, each titled above and, with a scale, barred below.
+    """Lay pictures out in a grid on white, each titled above and, with a scale, barred below.
 
     Layout, top to bottom, inside a :data:`PANEL_MARGIN` white margin: the caption
     (if non-empty, wrapped across the panel), one line per caveat (a warning triangle,
-    then the text in dark red, wrapped across the panel), the column titles (if any is
-    non-empty, each wrapped within its column), the pictures separated by :data:`PANEL_GAP` white
-    pixels, and (if any column has a :class:`Scale`) a colorbar under each such
-    picture with its tick labels. Text wraps at spaces (a word wider than its column is
-    broken) and is cut with "..." after three lines.
+    then the text in dark red, wrapped across the panel), then the grid: rows of at most
+    ``per_row`` pictures, left to right and then row by row, :data:`PANEL_ROW_GAP` white
+    pixels apart. A row has the column titles (if any of its titles is non-empty, each
+    wrapped within its column), the pictures separated by :data:`PANEL_GAP` white
+    pixels, and (if any of its columns has a :class:`Scale`) a colorbar under each such
+    picture with its tick labels. The n-th picture of every row is in the same grid
+    column (as wide as its widest picture; a narrower one is centred). Under the grid,
+    each scale's legend once, after a sample of its bar. Text wraps at spaces (a word
+    wider than its column is broken) and is cut with "..." after three lines. A column's
+    ``outline`` is drawn on its tile (:class:`Column`).
 
     Args:
         columns: Left to right: :class:`Column` items or ``(title, picture)`` /
@@ -297,20 +217,26 @@ def render_panel(
         tile: Pixels on the longer side of the tiles: every picture is scaled by the
             one factor ``tile / max(H, widest W)``, nearest-neighbour when enlarging and
             area-averaging when reducing. ``None``: pictures as they are.
+        per_row: The most pictures in a row (:data:`PANEL_COLUMNS`: six 224-px tiles
+            make a panel 1,400 px wide); more start the next row.
 
     Returns:
-        ``uint8`` array ``(height, width, 3)``; ``width`` is the scaled widths plus
+        ``uint8`` array ``(height, width, 3)``; ``width`` is the grid columns' widths plus
         the gaps and twice the margin.
 
     Raises:
         ValueError: If ``columns`` is empty, an item is not a pair, a picture is not
-            ``uint8`` of a valid shape, the heights differ, or ``tile`` is not from
-            :data:`MIN_TILE` to :data:`MAX_TILE`.
+            ``uint8`` of a valid shape, the heights differ, an outline is not bool of
+            its picture's size, ``tile`` is not from :data:`MIN_TILE` to
+            :data:`MAX_TILE`, or ``per_row`` is not a positive integer.
         TypeError: If a title, the caption or a caveat is not a string, or a scale not a
             :class:`Scale`.
 
     >>> panel = render_panel([("a", np.zeros((8, 5), np.uint8))], tile=64)
     >>> panel.shape[1] == 2 * PANEL_MARGIN + 40  # 8x5 enlarged 8 times
+    True
+    >>> seven = render_panel([("", np.zeros((8, 8), np.uint8))] * 7, tile=64)
+    >>> seven.shape[1] == 2 * PANEL_MARGIN + 6 * 64 + 5 * PANEL_GAP  # six, then one
     True
     """
     if caption is not None and not isinstance(caption, str):
@@ -321,43 +247,62 @@ def render_panel(
                              or not MIN_TILE <= tile <= MAX_TILE):
         raise ValueError(f"tile must be an integer from {MIN_TILE} to {MAX_TILE} pixels or "
                          f"None, got {tile!r}")
+    if isinstance(per_row, bool) or not isinstance(per_row, (int, np.integer)) or per_row < 1:
+        raise ValueError(f"per_row must be a positive integer, got {per_row!r}")
     prepared = _columns_of(columns)
     if tile is not None:
         longest = max(prepared[0].picture.shape[0],
                       max(column.picture.shape[1] for column in prepared))
         factor = tile / longest
-        prepared = [Column(c.title, _to_tile(c.picture, factor), c.scale) for c in prepared]
+        prepared = [Column(c.title, _to_tile(c.picture, factor), c.scale, c.outline)
+                    for c in prepared]
+    prepared = [column if column.outline is None else Column(
+        column.title, _outlined(column.picture, _tiled_region(
+            column.outline, column.picture.shape[:2])), column.scale) for column in prepared]
 
-    widths = [column.picture.shape[1] for column in prepared]
-    inner = sum(widths) + PANEL_GAP * (len(prepared) - 1)
+    rows = [prepared[start:start + per_row] for start in range(0, len(prepared), per_row)]
+    cells = [max(row[number].picture.shape[1] for row in rows if number < len(row))
+             for number in range(len(rows[0]))]
+    lefts = [PANEL_MARGIN + sum(cells[:number]) + PANEL_GAP * number
+             for number in range(len(cells))]
+    inner = sum(cells) + PANEL_GAP * (len(cells) - 1)
     caption_lines = _wrap(caption, inner, _CAPTION_SIZE) if caption else []
     caveat_blocks = [_wrap(text, max(1, inner - _icon_side() - _ICON_GAP), _CAVEAT_SIZE)
                      for text in caveats if text.strip()]
-    titles = [_wrap(column.title, width, _TITLE_SIZE) for column, width in zip(prepared, widths)]
-    title_rows = max(len(lines) for lines in titles)
-    has_bars = any(column.scale is not None for column in prepared)
+    legend_blocks = [(scale, _wrap(scale.legend, max(1, inner - _SWATCH_WIDTH - 2 * _ICON_GAP),
+                                   _CAVEAT_SIZE, _LEGEND_LINES)) for scale in _legends(prepared)]
 
     height = prepared[0].picture.shape[0]
     caption_top = PANEL_MARGIN
     caveats_top = caption_top + _text_height(len(caption_lines), _CAPTION_SIZE) + (
         _LINE_GAP * 2 if caption_lines else 0)
-    titles_top = caveats_top + sum(_text_height(len(lines), _CAVEAT_SIZE)
-                                   for lines in caveat_blocks) + (
+    top = caveats_top + sum(_text_height(len(lines), _CAVEAT_SIZE)
+                            for lines in caveat_blocks) + (
         _LINE_GAP * 2 if caveat_blocks else 0)
-    pictures_top = titles_top + _text_height(title_rows, _TITLE_SIZE)
-    bars_top = pictures_top + height
-    total = (bars_top + (_bar_height() if has_bars else 0) + PANEL_MARGIN,
+    placed = []  # per row: its columns' titles, and where its titles, pictures, bars start
+    for row in rows:
+        titles = [_wrap(column.title, column.picture.shape[1], _TITLE_SIZE) for column in row]
+        pictures_top = top + _text_height(max(len(lines) for lines in titles), _TITLE_SIZE)
+        bars_top = pictures_top + height
+        placed.append((row, titles, top, pictures_top, bars_top))
+        has_bars = any(column.scale is not None for column in row)
+        top = bars_top + (_bar_height() if has_bars else 0) + PANEL_ROW_GAP
+    legends_top = top - PANEL_ROW_GAP + (_LINE_GAP * 2 if legend_blocks else 0)
+    total = (legends_top + sum(_text_height(len(lines), _CAVEAT_SIZE)
+                               for _, lines in legend_blocks) + PANEL_MARGIN,
              inner + 2 * PANEL_MARGIN)
 
     canvas = Image.new("RGB", (total[1], total[0]), _WHITE)
     if caption_lines:
         _draw_lines(canvas, caption_lines, PANEL_MARGIN, caption_top, inner, _CAPTION_SIZE)
     _draw_caveats(canvas, caveat_blocks, PANEL_MARGIN, caveats_top)
-    left = PANEL_MARGIN
-    for column, lines, width in zip(prepared, titles, widths):
-        _draw_lines(canvas, lines, left, titles_top, width, _TITLE_SIZE)
-        canvas.paste(Image.fromarray(column.picture), (left, pictures_top))
-        if column.scale is not None:
-            _draw_bar(canvas, column.scale, left, bars_top, width)
-        left += width + PANEL_GAP
+    for row, titles, titles_top, pictures_top, bars_top in placed:
+        for column, lines, cell, cell_left in zip(row, titles, cells, lefts):
+            width = column.picture.shape[1]
+            left = cell_left + (cell - width) // 2
+            _draw_lines(canvas, lines, left, titles_top, width, _TITLE_SIZE)
+            canvas.paste(Image.fromarray(column.picture), (left, pictures_top))
+            if column.scale is not None:
+                _draw_bar(canvas, column.scale, left, bars_top, width)
+    _draw_legends(canvas, legend_blocks, PANEL_MARGIN, legends_top)
     return np.asarray(canvas)

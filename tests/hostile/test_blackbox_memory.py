@@ -39,6 +39,10 @@ from guidedbp.engine.options import MAX_BLACKBOX_PASSES, MAX_GRID
 from ..helpers import assert_one_line_error, run_cli, subprocess_environment
 from ..models import colour_cnn
 
+# Each black-box method at its upper bounds, minutes of CPU:
+# make test-all runs these, make test leaves them out (the heavy marker).
+pytestmark = pytest.mark.heavy
+
 FILL = np.zeros(3, np.float32)
 
 

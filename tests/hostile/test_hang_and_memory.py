@@ -42,6 +42,10 @@ from ..helpers import no_hang, run_cli
 from ..imagetree import make_flat
 from ..models import colour_cnn
 
+# Hangs, huge images and memory bounds: subprocesses under limits:
+# make test-all runs these, make test leaves them out (the heavy marker).
+pytestmark = pytest.mark.heavy
+
 REPO = Path(__file__).resolve().parents[2]
 #: A command that must not hang gets this long, TensorFlow's import included: a guard
 #: against hanging, never a measure of speed (a loaded machine may be many times slower).

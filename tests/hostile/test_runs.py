@@ -35,6 +35,10 @@ from ..helpers import (
 from ..imagetree import make_flat, snapshot
 from ..models import colour_cnn
 
+# Kills, full disks, concurrent runs: subprocesses that load TensorFlow:
+# make test-all runs these, make test leaves them out (the heavy marker).
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> str:

@@ -120,6 +120,9 @@
     renders.forEach(function (render) { option(renderFilter, render, render); });
     byId("render-control").hidden = renders.length < 2;
     if (columns.length > 6) table.classList.add("dense");
+    if (renders.indexOf("panel") >= 0 || columns.indexOf("panel") >= 0) {
+      table.classList.add("panels");
+    }
 
     var head = el("thead"), row = el("tr");
     ["#", "input", "status", named ? "target" : "class", "score"]
@@ -253,9 +256,10 @@
     return image;
   }
   function thumbnail(href, slot) {
-    var column = slot.column, wide = slot.render === "panel" || column === "panel" ||
-        column === "figure";
-    var box = el("div", "thumb" + (wide ? " wide" : "") + (href ? "" : " none"));
+    var column = slot.column, panel = slot.render === "panel" || column === "panel";
+    var wide = panel || column === "figure";
+    var box = el("div", "thumb" + (panel ? " panel" : wide ? " wide" : "") +
+                 (href ? "" : " none"));
     var kind = href ? extension(href) : "", shown;
     if (!href) {
       shown = el("span", "blank");

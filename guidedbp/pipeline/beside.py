@@ -1,0 +1,90 @@
+"""What a target's panels show beside its maps: a region outlined on the picture, a
+similarity's reference picture, and the region's size in the picture's pixels.
+
+A region target's region is the user's mask (``--mask-dir``, at the model's input) or
+else the model's own region, found at the output's resolution (``(H', W')``, often
+coarser than the input) and enlarged to the input by nearest neighbour; either is then
+placed on the picture the maps are drawn on (``--output-size original``: onto the
+original's pixels, as the maps are).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+from guidedbp.models.preprocess import resize_picture
+from guidedbp.pipeline.masks import reference_picture
+
+
+@dataclass(frozen=True)
+class Beside:
+    """What one target's panels add to its maps.
+
+    Attributes:
+        outline: A region target's region on the shown picture, bool of the maps' size;
+            else ``None``.
+        reference: A similarity's reference picture, ``uint8``, as tall as the maps;
+            else ``None``.
+    """
+
+    outline: np.ndarray | None = None
+    reference: np.ndarray | None = None
+
+    @property
+    def pixels(self) -> int | None:
+        """The region's area in the shown picture's pixels (``None`` without a region)."""
+        return None if self.outline is None else int(self.outline.sum())
+
+
+def beside(plan, prepared, entry, planned, size: tuple[int, int]) -> Beside:
+    """What the panels of ``entry`` (an :class:`~guidedbp.pipeline.stages.Explained` of
+    ``prepared``, explaining ``planned``, a
+    :class:`~guidedbp.pipeline.targets.PlannedTarget` or ``None``) show beside its maps,
+    whose size is ``size`` (H, W)."""
+    if planned is not None and planned.kind == "region" and entry.region is not None:
+        return Beside(outline=region_on_picture(
+            entry.region, prepared.mask, prepared.placement,
+            plan.options.render.output_size == "original", size))
+    if planned is not None and planned.kind == "similar":
+        feed, inputs = plan.feed, plan.options.inputs
+        fitted_size = inputs.size
+        if fitted_size is None and None in tuple(feed.input_shape[:2]):  # free sides
+            fitted_size = tuple(prepared.fitted.shape[:2])
+        picture = reference_picture(planned.reference_path, planned.reference_sha256,
+                                    tuple(feed.input_shape), feed.preprocess, fitted_size,
+                                    inputs.resize, feed.channels)
+        height, width = picture.shape[:2]
+        shown = (size[0], max(1, round(width * size[0] / height)))
+        if shown != (height, width):
+            picture = resize_picture(picture, shown)
+        return Beside(reference=picture)
+    return Beside()
+
+
+def region_on_picture(cells: np.ndarray, mask: np.ndarray | None, placement,
+                      on_original: bool, size: tuple[int, int]) -> np.ndarray:
+    """The region drawn on a picture of ``size`` (H, W): ``mask`` (bool, at the model's
+    input) when the user gave one, else ``cells`` (bool ``(H', W')``, the output's) enlarged
+    to the input by nearest neighbour; on the original, where ``on_original``, as
+    ``placement`` puts the maps there (a pixel at least half inside is inside).
+
+    >>> from guidedbp.models.preprocess import fit
+    >>> _, placement = fit(np.zeros((8, 8, 3), np.uint8), (8, 8), "stretch")
+    >>> cells = np.array([[True, False], [False, False]])
+    >>> int(region_on_picture(cells, None, placement, False, (8, 8)).sum())  # 4x4 px a cell
+    16
+    """
+    region = mask
+    if region is None:
+        plane = Image.fromarray(cells.astype(np.uint8))
+        height, width = placement.size
+        region = np.asarray(plane.resize((width, height), Image.Resampling.NEAREST)) != 0
+    if on_original:
+        region = placement.to_original(region.astype(np.float32)) >= 0.5
+    if region.shape != tuple(size):  # a picture the render reduces: the region with it
+        plane = Image.fromarray(region.astype(np.uint8) * np.uint8(255))
+        region = np.asarray(plane.resize((size[1], size[0]), Image.Resampling.BOX)) >= 128
+    return region

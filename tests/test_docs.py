@@ -1,0 +1,193 @@
+"""The README and the documentation site: their shape, their links, and the generated parts.
+
+``make docs`` builds the site with ``mkdocs build --strict`` (its own extra, not the test
+dependencies); these tests check without MkDocs what that build cannot see or what must
+hold before it: the README's links (GitHub shows the README, MkDocs never builds it),
+every page in the navigation, the command line page's help equal to the commands' own,
+every public name on a reference page, and the docstring markup hook. The code blocks of
+every page run in tests/test_readme.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, run_cli
+
+DOCS = REPO / "docs"
+README = REPO / "README.md"
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def _hook(name: str):
+    """A module of docs/hooks/, imported from its file as MkDocs does."""
+    path = DOCS / "hooks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"docs_hook_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _without_fences(text: str) -> str:
+    """Markdown text without its fenced blocks (indented ones too)."""
+    return re.sub(r"^([ \t]*)```.*?^\1```", "", text, flags=re.M | re.S)
+
+
+def _without_code(text: str) -> str:
+    """Markdown text without its fenced blocks and inline code spans."""
+    return re.sub(r"`[^`\n]*`", "", _without_fences(text))
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it (and the site: mkdocs.yml's slugify)."""
+    text = re.sub(r"<[^>]+>", "", heading.replace("`", "")).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = _without_fences(page.read_text(encoding="utf-8"))
+    return ({_slug(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+            | set(re.findall(r'<a id="([^"]+)">', text)))
+
+
+# -- the README ------------------------------------------------------------------------------
+
+
+def test_the_readme_is_short_and_starts_with_the_two_commands():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250
+    first_block = re.search(r"^```(\w*)\n(.*?)^```", text, re.M | re.S)
+    assert first_block[1] == "sh"
+    commands = [line.split("#")[0].strip() for line in first_block[2].splitlines()]
+    assert commands == ["make demo", "make test"]
+    assert text.index(first_block[0]) < text.index("\n## ")  # before any section
+
+
+def test_the_readme_links_every_top_level_page():
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", README.read_text(encoding="utf-8")))
+    assert linked >= {page.name for page in DOCS.glob("*.md")} - {"index.md"}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(REPO).as_posix())
+def test_relative_links_and_anchors_resolve(page):
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", _without_code(page.read_text(encoding="utf-8"))):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+            broken.append(f"{target}: no heading #{anchor}")
+    assert not broken, broken
+
+
+def test_the_anchor_rule_is_githubs():
+    assert _slug("Every activation: the generalised rule (`--guide all|relu`)") == \
+        "every-activation-the-generalised-rule---guide-allrelu"
+    assert _slug("Gradient×Input, SquareGrad, VarGrad and the newer CAMs") == \
+        "gradientinput-squaregrad-vargrad-and-the-newer-cams"
+
+
+# -- the site --------------------------------------------------------------------------------
+
+
+def _nav_pages() -> set[str]:
+    import yaml
+
+    class Loader(yaml.SafeLoader):  # mkdocs.yml names a Python function (the slugify)
+        pass
+
+    Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda *_: None)
+    config = yaml.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"), Loader=Loader)
+
+    def walk(entries) -> list[str]:
+        found = []
+        for entry in entries:
+            values = entry.values() if isinstance(entry, dict) else [entry]
+            for value in values:
+                found += walk(value) if isinstance(value, list) else [value]
+        return found
+
+    assert config["docs_dir"] == "docs"
+    return set(walk(config["nav"]))
+
+
+def test_every_page_is_in_the_navigation_and_every_entry_is_a_page():
+    pages = {page.relative_to(DOCS).as_posix() for page in DOCS.rglob("*.md")
+             if "hooks" not in page.parts}
+    assert _nav_pages() == pages
+
+
+def test_the_command_line_page_shows_each_commands_own_help():
+    from guidedbp.cli import COMMANDS
+
+    hook = _hook("cli_help")
+    page = (DOCS / "cli.md").read_text(encoding="utf-8")
+    markers = hook.MARKER.findall(page)
+    assert sorted(markers) == sorted(["guidedbp", *COMMANDS])
+    for name in markers:
+        argv = ["--help"] if name == "guidedbp" else [name, "--help"]
+        shown = run_cli(*argv, code=0, prog_name="guidedbp", terminal_width=hook.WIDTH).stdout
+        assert hook.help_text(name) + "\n" == shown, name
+    built = hook.replace_markers(page)
+    assert "<!-- click:" not in built
+    assert f"```text\n{hook.help_text('merge-manifests')}\n```" in built
+    with pytest.raises(Exception, match="guidedbp has no command 'explian'"):
+        hook.replace_markers("<!-- click: explian -->")
+
+
+def _directives() -> set[str]:
+    return {name for page in (DOCS / "reference").glob("*.md")
+            for name in re.findall(r"^::: ([\w.]+)$", page.read_text(encoding="utf-8"), re.M)}
+
+
+def test_every_public_name_has_a_reference_entry():
+    import guidedbp
+
+    directives = _directives()
+    missing = []
+    for name in guidedbp.__all__:
+        if name == "__version__":
+            continue
+        value = getattr(guidedbp, name)
+        if name in ("targets", "plot", "checks"):  # public submodules
+            module = value.__name__
+        else:  # METHODS, a tuple, is the method registry's
+            module = "guidedbp.engine.methods" if name == "METHODS" else value.__module__
+        if f"{module}.{name}" not in directives and module not in directives:
+            missing.append(f"{name} ({module})")
+    for dotted in ("guidedbp.keras.SaliencyCallback", "guidedbp.pytest_plugin"):
+        if dotted not in directives:
+            missing.append(dotted)
+    assert not missing, f"no ::: entry in docs/reference/ for {missing}"
+
+
+# -- the docstring markup of the API reference -----------------------------------------------
+
+
+def test_doctests_are_fenced_at_their_indentation():
+    hook = _hook("doctests")
+    text = "Intro.\n    >>> x = [1,\n    ...      2]\n    >>> x\n    [1, 2]\n\nAfter."
+    assert hook.fence_doctests(text) == (
+        "Intro.\n\n    ```pycon\n    >>> x = [1,\n    ...      2]\n    >>> x\n    [1, 2]\n"
+        "    ```\n\nAfter.")
+    assert hook.fence_doctests("No doctest: a > b.") == "No doctest: a > b."
+
+
+def test_sphinx_roles_become_code_and_shared_entries_split():
+    hook = _hook("doctests")
+    assert hook.convert("See :class:`~guidedbp.targets.Region` and :func:`plot`.") == \
+        "See `Region` and `plot`."
+    assert hook.convert(":mod:`guidedbp.caveats`, :meth:`.caveats_of`") == \
+        "`guidedbp.caveats`, `caveats_of`"
+    text = ("Draw.\n\nArgs:\n    a, b: As for plot,\n        both.\n    c: C.\n\n"
+            "Returns:\n    x, y: a pair.")
+    assert hook.convert(text) == (
+        "Draw.\n\nArgs:\n    a: As for plot,\n        both.\n    b: As for plot,\n"
+        "        both.\n    c: C.\n\nReturns:\n    x, y: a pair.")

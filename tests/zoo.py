@@ -1,0 +1,70 @@
+"""Saved models the tests share, built once and cached under ``build/test-zoo/``.
+
+Saving a model, and above all exporting a SavedModel (``model.export``: a trace and a
+graph written to disk, seconds each), is the costly part of many fixtures. :func:`saved`
+does it once for every test file, every pytest worker and every later run, in a folder
+named by the TensorFlow and Keras versions and by the builder's own source code, so a
+changed builder or an upgraded Keras builds afresh. Workers that ask at once wait for one
+build (a file lock); a build is written to a temporary folder and renamed into place, so
+no test ever sees half of one.
+
+Only deterministic builders belong here (fixed weights, or a fixed seed): a cached model
+must be the model the builder would build now.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import inspect
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "build" / "test-zoo"
+#: What a model can be saved as, and the name each gets in its folder.
+KINDS = {"keras": "model.keras", "h5": "model.h5", "savedmodel": "saved_model"}
+
+
+def _folder(name: str, builder: Callable, key: str) -> Path:
+    import keras
+    import tensorflow as tf
+
+    source = inspect.getsource(builder).encode() + key.encode()
+    tag = hashlib.sha256(source).hexdigest()[:12]
+    return ROOT / f"tf{tf.__version__}-keras{keras.__version__}" / f"{name}-{tag}"
+
+
+def saved(name: str, builder: Callable, kinds: tuple[str, ...] = tuple(KINDS),
+          key: str = "") -> dict:
+    """``builder()``'s model saved as each of ``kinds`` (of :data:`KINDS`): kind -> path,
+    built on the first call anywhere and read from the cache after. ``key`` names what
+    else the model depends on (the digest of a file it loads)."""
+    folder = _folder(name, builder, key)
+    wanted = {kind: folder / KINDS[kind] for kind in kinds}
+    if all(path.exists() for path in wanted.values()):
+        return wanted
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be building it: wait
+        missing = [kind for kind, path in wanted.items() if not path.exists()]
+        if missing:
+            model = builder()
+            for kind in missing:
+                _save(model, kind, wanted[kind])
+    return wanted
+
+
+def _save(model, kind: str, path: Path) -> None:
+    """Save ``model`` as ``kind`` at ``path``, whole or not at all."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    shutil.rmtree(temporary, ignore_errors=True)
+    if kind == "savedmodel":
+        model.export(str(temporary))  # no verbose=: Keras 3.4 (the floor) has none
+    else:
+        temporary.mkdir(parents=True)
+        model.save(temporary / path.name)
+        temporary = temporary / path.name
+    os.replace(temporary, path)
+    shutil.rmtree(path.with_name(f".{path.name}.{os.getpid()}"), ignore_errors=True)
