@@ -242,7 +242,7 @@ def test_plot_curves_writes_a_figure_per_image_and_game(setup, tmp_path):
 def test_plot_curves_without_matplotlib_says_how_to_install_it(setup, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
     result = games(setup, "--metric", "deletion", "--plot-curves", tmp_path / "c", code=2)
-    assert_one_line_error(result, "pip install 'matplotlib>=3.8'")
+    assert_one_line_error(result, "pip install 'guidedbp[plot]'")
     assert not (tmp_path / "c").exists()
 
 

@@ -132,7 +132,7 @@ def test_figure_without_matplotlib_is_one_line_naming_the_install(images, tmp_pa
                             env=subprocess_environment())
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert lines == ["Error: figures need matplotlib: pip install 'matplotlib>=3.8'"]
+    assert lines == ["Error: figures need matplotlib: pip install 'guidedbp[plot]'"]
     assert not out.exists()  # refused before anything was written or loaded
 
 

@@ -508,7 +508,7 @@ def test_without_matplotlib_drawing_says_how_to_install_it(tmp_path, files):
                              capture_output=True, text=True, timeout=120)
     assert process.returncode == 0, process.stderr
     assert process.stdout.splitlines() == [
-        "True", *["figures need matplotlib: pip install 'matplotlib>=3.8'"] * 4]
+        "True", *["figures need matplotlib: pip install 'guidedbp[plot]'"] * 4]
     assert issubclass(plotting.PlotUnavailable, GuidedbpError)
 
 

@@ -136,6 +136,24 @@ def test_other_render_options_are_redrawn(models, images, tmp_path):
     _assert_same_as_fresh(out, fresh)
 
 
+def test_a_new_version_of_the_maths_or_of_the_drawing_recomputes(models, images, tmp_path,
+                                                                   monkeypatch):
+    from guidedbp.pipeline import fingerprint
+
+    out = tmp_path / "out"
+    _explain(models["a.keras"], images, out)
+    monkeypatch.setattr(fingerprint, "DRAWING_VERSION", fingerprint.DRAWING_VERSION + 1)
+    result = _explain(models["a.keras"], images, out, "--skip-existing")
+    assert f"{COUNT} recomputed (drawn by an earlier version)" in _summary(result)
+    monkeypatch.setattr(fingerprint, "MATHS_VERSION", fingerprint.MATHS_VERSION + 1)
+    result = _explain(models["a.keras"], images, out, "--skip-existing")
+    assert f"{COUNT} recomputed (made by an earlier version of the methods)" in \
+        _summary(result)
+    made_by = read_manifest(out / "manifest.jsonl")[0]["made_by"]
+    assert (made_by["maths"], made_by["drawing"]) == (fingerprint.MATHS_VERSION,
+                                                       fingerprint.DRAWING_VERSION)
+
+
 def test_options_that_change_no_map_carry_over(models, images, tmp_path):
     """The batch size, and the options of methods not run (rise's masks in a guided run),
     change no map: the records are carried over."""

@@ -274,5 +274,6 @@ def test_ray_engine_without_ray_says_how_to_install(model, tree, tmp_path, monke
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     result = run_cli("explain", model, tree.root, "-o", tmp_path, "--engine", "ray")
     assert result.exit_code == 2
-    assert result.stderr.strip() == "Error: --engine ray needs Ray: pip install 'ray[data]>=2.9'"
+    assert result.stderr.strip() == \
+        "Error: --engine ray needs Ray Data: pip install 'guidedbp[ray]'"
     assert not any(tmp_path.iterdir())

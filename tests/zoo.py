@@ -15,6 +15,7 @@ must be the model the builder would build now.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import inspect
 import os
@@ -31,6 +32,9 @@ def _folder(name: str, builder: Callable, key: str) -> Path:
     import keras
     import tensorflow as tf
 
+    if isinstance(builder, functools.partial):  # the function's source and its arguments
+        key += repr((builder.args, sorted(builder.keywords.items())))
+        builder = builder.func
     source = inspect.getsource(builder).encode() + key.encode()
     tag = hashlib.sha256(source).hexdigest()[:12]
     return ROOT / f"tf{tf.__version__}-keras{keras.__version__}" / f"{name}-{tag}"

@@ -13,6 +13,7 @@ import sys
 
 import click
 
+from guidedbp._extras import install, needs
 from guidedbp._text import one_line, plural
 from guidedbp.cli.common import (
     Choice,
@@ -171,7 +172,7 @@ file it did not write.""")
 @field_option("figure", "--figure", type=Choice(FIGURE_FORMATS),
               help="Also draw each explanation as a figure (the picture, then each method "
                    "with a colorbar): vector PDF or SVG, or PNG. Needs matplotlib: "
-                   "pip install 'matplotlib>=3.8' (the plot extra).")
+                   f"{install('plot')}.")
 @field_option("dpi", "--dpi", type=click.IntRange(MIN_DPI, MAX_DPI),
               help="Figure resolution, dots per inch.")
 @field_option("report", "--report/--no-report",
@@ -200,7 +201,7 @@ file it did not write.""")
 @click.option("--engine", type=Choice(["local", "ray"]), default="local",
               show_default=True,
               help="local: this process. ray: a Ray Data pipeline, decode tasks and "
-                   "--workers explainer actors (pip install 'ray[data]>=2.9', the ray extra).")
+                   f"--workers explainer actors ({install('ray')}).")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="With --engine ray: explainer actors, each with its own model copy.")
 @click.option("--cpus-per-worker", type=click.IntRange(min=1), default=1, show_default=True,
@@ -246,7 +247,7 @@ def explain_command(model: str, inputs: tuple[str, ...], **options) -> None:
         try:
             import_ray()
         except ImportError:
-            raise UsageFailure("--engine ray needs Ray: pip install 'ray[data]>=2.9'") from None
+            raise UsageFailure(needs("--engine ray", "ray")) from None
         cluster = Cluster(address=options["ray_address"], workers=options["workers"],
                           cpus_per_worker=options["cpus_per_worker"],
                           gpus_per_worker=options["num_gpus_per_worker"])

@@ -117,3 +117,24 @@ def unguided(methods: Sequence[str], report) -> list[Caveat]:
         if left:
             found.append(kinds.unguided_activation(name, format_counts(left)))
     return found
+
+
+def of_explanation(explanation, count: int, shared: Sequence[Caveat],
+                   span: Callable[[], float]) -> tuple[tuple[Caveat, ...], ...]:
+    """Each of ``count`` images' caveats for an
+    :class:`~guidedbp.engine.explanation.Explanation`: ``shared`` (the model's and the
+    traced model's), an empty region's, its maps' (:func:`of_images`), then a score that
+    is not finite (:func:`non_finite`)."""
+    empty = ()
+    if explanation.region_pixels is not None:
+        label = explanation.target.label if explanation.target is not None else "region"
+        empty = [label if pixels == 0 else None for pixels in explanation.region_pixels]
+    found = of_images(explanation.by_method, count, span, shared, empty)
+    target = explanation.target
+    labels = ([target.label] * count if target is not None
+              else [f"class:{int(c)}" for c in explanation.targets])
+    overflowed = non_finite(  # units, similarities, scores: no probability
+        labels, explanation.logits,
+        explanation.probabilities if target is None or target.kind in ("class", "region")
+        else None)
+    return tuple((*caveats, *extra) for caveats, extra in zip(found, overflowed))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from guidedbp._extras import needs
 from guidedbp.errors import ArgumentError
 
 #: SLIC's compactness, on Lab colours (or other channels scaled to 0..100): scikit-image's
@@ -39,8 +40,7 @@ def require_slic():
     try:
         from skimage.segmentation import slic
     except ImportError:
-        raise ArgumentError("segments='slic' needs scikit-image: pip install "
-                            "'guidedbp[segments]'") from None
+        raise ArgumentError(needs("segments='slic'", "segments")) from None
     return slic
 
 

@@ -566,20 +566,8 @@ class Explainer:
             black, white = _inputs.black_white(images.shape[-1], self.pixel_to_input)
             return float(np.max(np.abs(white.astype(np.float64) - black)))
 
-        empty = ()
-        if explanation.region_pixels is not None:
-            label = explanation.target.label if explanation.target is not None else "region"
-            empty = [label if pixels == 0 else None for pixels in explanation.region_pixels]
-        found = _caveats.of_images(explanation.by_method, len(images), span, shared, empty)
-        target = explanation.target
-        labels = ([target.label] * len(images) if target is not None
-                  else [f"class:{int(c)}" for c in explanation.targets])
-        overflowed = _caveats.non_finite(  # units, similarities, scores: no probability
-            labels, explanation.logits,
-            explanation.probabilities if target is None or target.kind in ("class", "region")
-            else None)
-        return replace(explanation, caveats=tuple(
-            (*caveats, *extra) for caveats, extra in zip(found, overflowed)))
+        return replace(explanation, caveats=_caveats.of_explanation(
+            explanation, len(images), shared, span))
 
     def _drift_of(self, key: tuple, images: np.ndarray, explanation: Explanation
                   ) -> list[Caveat]:

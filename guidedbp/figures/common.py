@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from guidedbp._extras import install
 from guidedbp.errors import GuidedbpError
 
 #: What to run when matplotlib is missing.
-INSTALL_HINT = "pip install 'matplotlib>=3.8'"
+INSTALL_HINT = install("plot")
 FONT_SIZE = 10.0
 _LAYOUT_PASSES = 3  # constrained layout settles within these (colorbar ticks may move once)
 

@@ -3,17 +3,20 @@
 Every record an explain run writes says what made its maps::
 
     "made_by": {"model": "cnn.keras", "weights": "1f0c5a9e2b7d4c38", "maths": 1,
-                "options": "9a4e0c2d6b1f7e53", "render": "c3d2a1b0e9f87654"}
+                "options": "9a4e0c2d6b1f7e53", "render": "c3d2a1b0e9f87654", "drawing": 1}
 
 ``model`` is the model as the run named it (a path, ``keras:NAME``...), for people: it is
 not compared. ``weights`` is the model's content digest
 (:mod:`guidedbp.models.digest`), ``maths`` the version of the methods' maths
 (:data:`guidedbp.engine.methods.MATHS_VERSION`), ``options`` a digest of every option
-that changes a map and ``render`` one of every option that changes a picture of it
-(:mod:`guidedbp.pipeline.fingerprint` builds them). A resumed run carries a record over
+that changes a map, ``render`` one of every option that changes a picture of it and
+``drawing`` the version of how pictures are drawn
+(:data:`guidedbp.render.DRAWING_VERSION`; :mod:`guidedbp.pipeline.fingerprint` builds
+them). A resumed run carries a record over
 only when they all are this run's; :func:`difference` says which is not.
 
->>> now = {"model": "b.keras", "weights": "02", "maths": 1, "options": "aa", "render": "bb"}
+>>> now = {"model": "b.keras", "weights": "02", "maths": 1, "options": "aa", "render": "bb",
+...        "drawing": 1}
 >>> difference({**now, "model": "a.keras"}, now) is None  # the same content elsewhere
 True
 >>> difference({**now, "weights": "01"}, now), difference(None, now)
@@ -33,6 +36,7 @@ REASONS = {
     "maths": "made by an earlier version of the methods",
     "options": "made with other method options",
     "render": "drawn with other render options",
+    "drawing": "drawn by an earlier version",
     "targets": "for other classes or targets",
     "outputs": "outputs missing, damaged or named otherwise",
 }
@@ -40,7 +44,7 @@ REASONS = {
 #: The compared parts of ``made_by``, each with the reason a difference in it gives, in
 #: the order they are compared.
 PARTS = (("weights", "model"), ("maths", "maths"), ("options", "options"),
-         ("render", "render"))
+         ("render", "render"), ("drawing", "drawing"))
 
 
 def difference(earlier, now: dict) -> str | None:

@@ -24,6 +24,7 @@ import inspect
 import re
 from collections.abc import Iterator
 
+from guidedbp._extras import needs
 from guidedbp.errors import GuidedbpError
 
 __all__ = ["StoreError", "honours_create", "is_url", "join", "put", "read_bytes",
@@ -128,8 +129,7 @@ def _missing(protocol: str) -> str:
     extra = _EXTRAS.get(protocol)
     if extra is None:
         return f"{protocol}:// URLs need fsspec and {protocol}'s fsspec library"
-    library = {"s3": "s3fs", "gcs": "gcsfs", "azure": "adlfs"}[extra]
-    return f"{protocol}:// URLs need {library}: pip install 'guidedbp[{extra}]'"
+    return needs(f"{protocol}:// URLs", extra)
 
 
 def filesystem(url: str):

@@ -16,6 +16,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from guidedbp._extras import install
 from guidedbp._files import regular_file
 from guidedbp._text import one_line
 from guidedbp.errors import GuidedbpError, ModelLoadError
@@ -109,6 +110,15 @@ def _keras_load_error(spec: str, error: Exception) -> str:
             f"{spec!r} contains a Lambda layer, whose code runs when the model loads; "
             "if you trust this file, pass unsafe_deserialization=True"
         )
+    missing = re.search(r"Could not deserialize class '([\w.]+)' because its parent module "
+                        r"([\w.]+) cannot be imported", text)
+    if missing:
+        name, module = missing.groups()
+        if module.split(".")[0] == "keras_hub":
+            return (f"{spec!r} is a keras-hub model ({name}), and keras-hub cannot be "
+                    f"imported: {install('hub')}")
+        return (f"{spec!r} uses {name!r} of module {module!r}, which cannot be imported: "
+                "install the package that defines it, or pass custom_objects=FILE_OR_MODULE")
     unknown = re.search(
         r"Unknown (?:layer|object|class)[^'`\"]*['`\"]([\w.>]+)", text
     ) or re.search(r"Could not locate class '([\w.]+)'", text)

@@ -16,6 +16,7 @@ Built once per run, on the driver (:func:`made_by`), and shipped in the
   (:mod:`guidedbp.pipeline.resume`).
 - ``render``: a digest of what changes a picture: the renders, colormap, clip, alpha,
   output size, panel tile, the figure format and its dpi, and the class names (captions).
+- ``drawing``: :data:`guidedbp.render.DRAWING_VERSION`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from guidedbp.errors import ModelLoadError
 from guidedbp.models.digest import DIGEST_LENGTH, file_digest, folder_digest, keras_digest
 from guidedbp.models.loading import DEMO_SPECS
 from guidedbp.pipeline.options import RunOptions
+from guidedbp.render import DRAWING_VERSION
 
 #: The method option groups every method reads: SmoothGrad wraps any method, and the
 #: guide applies wherever guided gradients are taken.
@@ -65,7 +67,7 @@ def made_by(loaded, options: RunOptions, load: dict | None = None,
                              f"{error.strerror or error}") from None
     return {"model": model, "weights": weights, "maths": MATHS_VERSION,
             "options": digest(map_options(options, loaded.preprocess, load)),
-            "render": digest(render_options(options, labels))}
+            "render": digest(render_options(options, labels)), "drawing": DRAWING_VERSION}
 
 
 def model_digest(loaded) -> str | None:

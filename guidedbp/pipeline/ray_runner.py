@@ -32,12 +32,13 @@ import os
 import pickle
 import time
 
+from guidedbp._extras import needs
 from guidedbp.io import store
 from guidedbp.pipeline import stages, writing
 from guidedbp.pipeline.local import Delivery
 from guidedbp.pipeline.stages import Plan, Summary
 
-RAY_MISSING = "runner='ray' needs Ray: pip install 'ray[data]>=2.9'"
+RAY_MISSING = needs("runner='ray'", "ray")
 #: Environment variables the stores' libraries read (fsspec, s3fs and botocore, gcsfs
 #: and google-auth, adlfs and azure-identity): a worker on another node needs the
 #: driver's to reach the same store as the same user.

@@ -50,7 +50,13 @@ from guidedbp.render.panel import (
     render_panel,
 )
 
+#: The version of the pictures' drawing, a small integer bumped when a release changes
+#: how a map or panel is drawn (layout, colours, captions): part of each manifest record's
+#: ``made_by``, so ``--skip-existing`` redraws what an earlier version drew.
+DRAWING_VERSION = 1
+
 __all__ = [
+    "DRAWING_VERSION",
     "COLORMAPS",
     "COLUMN_RENDERS",
     "DEFAULT_ALPHA",
