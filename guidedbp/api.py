@@ -19,7 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from guidedbp.engine import explainer as engine
-from guidedbp.engine.targets import Region, Similarity, as_target
+from guidedbp.engine.targets import Detection, Region, Similarity, as_target
 from guidedbp.errors import ArgumentError
 from guidedbp.io.images import decode_image
 from guidedbp.models.labels import resolve_class
@@ -41,7 +41,8 @@ class Explainer(engine.Explainer):
     - black and white integrated-gradients baselines are the model's preprocessing
       of black and white pixels (``preprocess=MODE`` overrides the model's own);
     - ``target`` may name classes (``"tabby"``, or the unique start of a name) when
-      the model has class names, also a :class:`~guidedbp.targets.Region`'s class;
+      the model has class names, also a :class:`~guidedbp.targets.Region`'s or a
+      :class:`~guidedbp.targets.Detection`'s class;
     - a :class:`~guidedbp.targets.Similarity` reference may be an image file, decoded
       and preprocessed like the inputs (stretched to the model's size).
 
@@ -108,6 +109,9 @@ class Explainer(engine.Explainer):
         if isinstance(target, Region) and isinstance(target.index, str):
             target = replace(target, index=self._class_index(target.index),
                              name=target.name or target.index)
+        if isinstance(target, Detection) and isinstance(target.class_label, str):
+            target = target.with_label(self._class_index(target.class_label),
+                                       target.class_label)
         if isinstance(target, Similarity) and isinstance(target.reference, (str, os.PathLike)):
             target = replace(target, reference=self.reference_image(target.reference,
                                                                     image_shape))

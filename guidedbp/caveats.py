@@ -32,6 +32,7 @@ __all__ = [
     "EMPTY_REGION",
     "MIXED_PRECISION_DRIFT",
     "NON_FINITE_SCORE",
+    "NO_DETECTION",
     "SCORECAM_CAPPED",
     "UNGUIDED_ACTIVATION",
     "UNTRAINED_WEIGHTS",
@@ -41,6 +42,7 @@ __all__ = [
     "mixed_precision_drift",
     "negligible_map",
     "non_finite_score",
+    "no_detection",
     "no_guided_activation",
     "scorecam_capped",
     "unguided_activation",
@@ -56,10 +58,14 @@ EMPTY_REGION = "empty-region"
 NON_FINITE_SCORE = "non-finite-score"
 UNGUIDED_ACTIVATION = "unguided-activation"
 MIXED_PRECISION_DRIFT = "mixed-precision-drift"
+NO_DETECTION = "no-detection"
 #: Every caveat code, in the order they are listed.
 CODES = (UNTRAINED_WEIGHTS, NO_GUIDED_ACTIVATION, NO_RESCALING, NEGLIGIBLE_MAP, SCORECAM_CAPPED,
          EMPTY_REGION, NON_FINITE_SCORE, UNGUIDED_ACTIVATION,
-         MIXED_PRECISION_DRIFT)
+         MIXED_PRECISION_DRIFT, NO_DETECTION)
+#: A proposal is a detection of a Detection target's box from this IoU on (with a class
+#: score of at least the target's threshold): PASCAL VOC's match.
+DETECTION_IOU = 0.5
 
 #: A gradient map is negligible when its whole first-order effect on the class score is
 #: below this: float32's resolution at 1 (2**-23), the scale of a logit that moves a
@@ -200,6 +206,21 @@ def empty_region(label: str) -> Caveat:
     every map of it is all zero."""
     return Caveat(EMPTY_REGION, f"{label} is empty: no pixel of the output is in the "
                   "region, so its score is 0 and its maps are zero")
+
+
+def no_detection(label: str, overlap: float, score: float, threshold: float) -> Caveat:
+    """A detection target (``label``: ``box:10,10,40,40``) that no proposal detects on the
+    clean image: the best match has an IoU under :data:`DETECTION_IOU` or a class score
+    under ``threshold``, so its maps explain a weak proposal, not a detection.
+
+    >>> no_detection("box:0,0,8,8", 0.12, 0.9, 0.3).text
+    'no detection matches box:0,0,8,8: the best proposal has IoU 0.12 and class score 0.90 \
+(a detection needs IoU >= 0.5 and score >= 0.3), so its maps explain a weak proposal'
+    """
+    return Caveat(NO_DETECTION, f"no detection matches {label}: the best proposal has IoU "
+                  f"{overlap:.2f} and class score {score:.2f} (a detection needs IoU >= "
+                  f"{DETECTION_IOU:g} and score >= {threshold:g}), so its maps explain a "
+                  "weak proposal")
 
 
 def non_finite_score(what: str, value: float) -> Caveat:

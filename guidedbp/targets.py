@@ -1,5 +1,5 @@
 """What to explain, beyond a class: one output unit, a segmentation region, a similarity to
-a reference, any score of the model's output.
+a reference, a detector's detection, any score of the model's output.
 
 >>> from guidedbp.targets import Region, Unit
 >>> Region("circle").label, Unit(2, output="box").label
@@ -13,6 +13,14 @@ those of :mod:`guidedbp.engine.targets`; importing this module does not import
 TensorFlow.
 """
 
-from guidedbp.engine.targets import Class, Region, Score, Similarity, Target, Unit
+from guidedbp.engine.targets import (
+    Class,
+    Detection,
+    Region,
+    Score,
+    Similarity,
+    Target,
+    Unit,
+)
 
-__all__ = ["Class", "Region", "Score", "Similarity", "Target", "Unit"]
+__all__ = ["Class", "Detection", "Region", "Score", "Similarity", "Target", "Unit"]

@@ -105,6 +105,16 @@ def non_finite(labels: Sequence[str], scores: np.ndarray, probabilities: np.ndar
     return found
 
 
+def unmatched(target, found: np.ndarray) -> list[Caveat]:
+    """A :data:`~guidedbp.caveats.NO_DETECTION` caveat where the proposal a
+    :class:`~guidedbp.engine.targets.Detection` matched (``found``: corners, IoU, class
+    score) is no detection of its box."""
+    overlap, score = float(found[4]), float(found[5])
+    if overlap >= kinds.DETECTION_IOU and score >= target.threshold:
+        return []
+    return [kinds.no_detection(target.label, overlap, score, target.threshold)]
+
+
 def unguided(methods: Sequence[str], report) -> list[Caveat]:
     """An :data:`~guidedbp.caveats.UNGUIDED_ACTIVATION` caveat for each method whose rule
     left activations in its scope with their plain gradient (``report``'s
@@ -131,6 +141,9 @@ def of_explanation(explanation, count: int, shared: Sequence[Caveat],
         empty = [label if pixels == 0 else None for pixels in explanation.region_pixels]
     found = of_images(explanation.by_method, count, span, shared, empty)
     target = explanation.target
+    if explanation.detections is not None:
+        found = tuple((*caveats, *unmatched(target, explanation.detections[index]))
+                      for index, caveats in enumerate(found))
     labels = ([target.label] * count if target is not None
               else [f"class:{int(c)}" for c in explanation.targets])
     overflowed = non_finite(  # units, similarities, scores: no probability

@@ -19,12 +19,25 @@ import numpy as np
 import tensorflow as tf
 
 from guidedbp import _outputs
-from guidedbp.engine import _graph, _score_checks
-from guidedbp.engine.targets import Class, OutputName, Region, Score, Similarity, Target, Unit
+from guidedbp.engine import _detections, _graph, _score_checks
+from guidedbp.engine.targets import (
+    Class,
+    Detection,
+    OutputName,
+    Region,
+    Score,
+    Similarity,
+    Target,
+    Unit,
+)
 from guidedbp.errors import ArgumentError
 
 #: The column kinds; ``probe`` scores every output at once (the report's trace only).
-KINDS = ("class", "unit", "region", "similar", "score", "probe")
+KINDS = ("class", "unit", "region", "similar", "score", "detection", "probe")
+
+#: A detection column's data per image: its box's corners, then what it matched (the
+#: proposal's corners, IoU and class score; zeros until the traced pass finds them).
+DETECTION_DATA = 10
 
 
 class NotAClassifier(ArgumentError):
@@ -44,8 +57,8 @@ class Column:
         kind: One of :data:`KINDS`.
         output: The output read (name or index), ``None`` for the model's only output
             (or, for ``score`` and ``probe``, all of them).
-        index: A unit's flat index, a region's class, or a similarity's reference
-            length.
+        index: A unit's flat index, a region's class, a similarity's reference
+            length, or a detection's ``(score_weight, box_format, boxes, scores)``.
         auto: A region found by argmax (else given by a mask).
         function: A score function.
     """
@@ -63,6 +76,8 @@ class Column:
             return (None, None)
         if self.kind == "similar":
             return (self.index,)  # its length, so that the trace checks it
+        if self.kind == "detection":
+            return (DETECTION_DATA,)
         return (0,)
 
 
@@ -137,11 +152,13 @@ class Columns:
 
 
 def column_of(target: Target, output: OutputName, count: int,
-              embedding: Callable[[np.ndarray, OutputName], np.ndarray]
+              embedding: Callable[[np.ndarray, OutputName], np.ndarray],
+              image_size: tuple[int, int] | None = None
               ) -> tuple[Column, np.ndarray, np.ndarray]:
     """The column of ``target`` for ``count`` images, its classes ``(count,)`` and data
     ``(count, ...)``; ``output`` the explainer's, for a target naming none.
-    ``embedding(image, output)`` is a reference image's output, flattened."""
+    ``embedding(image, output)`` is a reference image's output, flattened;
+    ``image_size`` ``(height, width)`` the images' (a detection's box is mapped to it)."""
     output = target.output if target.output is not None else output
     classes = np.zeros(count, np.int32)
     empty = np.zeros((count, 0), np.float32)
@@ -177,15 +194,28 @@ def column_of(target: Target, output: OutputName, count: int,
     if isinstance(target, Score):
         return Column("score", output, function=target.function), np.full(count, -1, np.int32), \
             empty
+    if isinstance(target, Detection):
+        if isinstance(target.class_label, str):
+            raise ArgumentError(
+                f"Detection label {target.class_label!r} is a name: guidedbp.Explainer resolves "
+                "names with the model's labels; the engine takes an index")
+        if image_size is None:
+            raise ArgumentError("a Detection target needs the images' size")
+        data = np.zeros((count, DETECTION_DATA), np.float32)
+        data[:, :4] = target.corners(count, image_size)
+        label = -1 if target.class_label is None else int(target.class_label)
+        index = (float(target.score_weight), target.box_format, target.boxes, target.scores)
+        return Column("detection", target.output, index), np.full(count, label, np.int32), data
     raise ArgumentError(f"target {target!r} is not a guidedbp target")
 
 
 def columns_of(targets: Sequence[Target], output: OutputName, count: int,
-               embedding: Callable[[np.ndarray, OutputName], np.ndarray]) -> Columns:
+               embedding: Callable[[np.ndarray, OutputName], np.ndarray],
+               image_size: tuple[int, int] | None = None) -> Columns:
     """The columns of ``targets`` for ``count`` images (see :func:`column_of`)."""
     if not targets:
         raise ArgumentError("targets is empty: expected at least one target")
-    parts = [column_of(target, output, count, embedding) for target in targets]
+    parts = [column_of(target, output, count, embedding, image_size) for target in targets]
     return Columns(tuple(spec for spec, _, _ in parts),
                    np.stack([classes for _, classes, _ in parts], axis=1),
                    tuple(data for _, _, data in parts), tuple(targets))
@@ -246,9 +276,11 @@ class Scored:
     output_shape: tuple
 
 
-def score(model, raw, columns: tuple[Column, ...], classes, data) -> Scored:
+def score(model, raw, columns: tuple[Column, ...], classes, data,
+          image_size: tuple[int, int] | None = None) -> Scored:
     """The K columns' scores on the model's output ``raw`` (traced), ``classes`` int32
-    ``(B, K)``, ``data`` K float32 tensors."""
+    ``(B, K)``, ``data`` K float32 tensors; ``image_size`` the input's ``(height,
+    width)`` (a detector's boxes need it)."""
     first = _flat_tensors(raw)[0]
     batch = tf.shape(first)[0]
     nan = tf.fill([batch], float("nan"))
@@ -277,6 +309,21 @@ def score(model, raw, columns: tuple[Column, ...], classes, data) -> Scored:
             targets.append(tf.fill([batch], -1))
             probabilities.append(nan)
             resolved.append(empty)
+            continue
+        if column.kind == "detection":
+            weight, box_format, boxes, class_scores_output = column.index
+            selected = raw if column.output is None else _outputs.select(model, raw,
+                                                                        column.output)
+            corners, probs, read = _detections.proposals(
+                model, selected, image_size, box_format, boxes, class_scores_output)
+            wanted = _score_checks.detection_label(classes[:, position], probs.shape[-1])
+            found = _detections.matched(data[position][:, :4], wanted, corners, probs, weight)
+            scores.append(found["score"])
+            targets.append(found["label"])
+            probabilities.append(found["found"][:, 5])
+            resolved.append(tf.concat([data[position][:, :4], found["found"]], axis=1))
+            ends += read
+            main = main or (read[0], None, 0)
             continue
         needs = {"class": "a class target", "unit": "a Unit target",
                  "region": "a Region target", "similar": "a Similarity target"}[column.kind]

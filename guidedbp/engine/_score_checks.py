@@ -26,7 +26,7 @@ from guidedbp.errors import ArgumentError
 _ONE_PER_IMAGE = "it must return one score per image, shape (batch,)"
 #: The mark of this module's assertions in TensorFlow's error message.
 _MARK = "guidedbp-check"
-_FAILED = re.compile(r"assertion failed: \[" + _MARK + r":(score|similar)\] \[([0-9 ]*)\] "
+_FAILED = re.compile(r"assertion failed: \[" + _MARK + r":(score|similar|label)\] \[([0-9 ]*)\] "
                      r"\[([0-9]+)\]")
 
 
@@ -93,6 +93,22 @@ def reference(flat: tf.Tensor, given: tf.Tensor, where: str) -> tf.Tensor:
         return tf.identity(given)
 
 
+def detection_label(wanted: tf.Tensor, classes: int | None) -> tf.Tensor:
+    """A :class:`~guidedbp.engine.targets.Detection`'s classes ``wanted`` ``(B,)`` (-1:
+    the matched proposal's), checked against the detector's ``classes`` by an assertion
+    (the classes are data, fed per image).
+
+    Raises:
+        ArgumentError: Through :func:`one_line`: a class out of range.
+    """
+    if classes is None:
+        return wanted
+    largest = tf.reduce_max(tf.concat([wanted, [-1]], axis=0))
+    check = tf.debugging.Assert(largest < classes, [f"{_MARK}:label", [largest], classes])
+    with tf.control_dependencies([check]):
+        return tf.identity(wanted)
+
+
 def _reference_message(length: int, size: int, where: str = "") -> str:
     return (f"the Similarity reference has {plural(length, 'value')}; the output{where} has "
             f"{size} per image: give an embedding of {plural(size, 'value')}, or a reference "
@@ -118,6 +134,10 @@ def one_line():
         kind, shape, count = found.group(1), found.group(2).split(), int(found.group(3))
         if kind == "similar":
             raise ArgumentError(_reference_message(int(shape[0]), count)) from None
+        if kind == "label":
+            raise ArgumentError(f"Detection label {shape[0]} is out of range: the detector "
+                                f"scores {plural(count, 'class', 'classes')} "
+                                f"(0..{count - 1})") from None
         raise ArgumentError(
             f"the Score function returned shape {_shape([int(side) for side in shape])} for "
             f"a batch of {plural(count, 'image')}: {_ONE_PER_IMAGE}") from None

@@ -82,7 +82,8 @@ def target_scores(model, images, classes, data, columns):
     """The K columns' float32 scores ``(N, K)`` (classes resolved as given): one forward
     pass, no gradient override (the perturbation methods')."""
     raw = model(images, training=False)
-    return _columns.score(model, raw, columns, classes, data).scores
+    return _columns.score(model, raw, columns, classes, data,
+                          tuple(images.shape[1:3])).scores
 
 
 def raw_output(model, images, output=None):
@@ -138,7 +139,7 @@ def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
     built_relus = _graph.built_function_relus(forward_ops) if swapped else []
     _graph.set_gradient(built_relus, _graph.GUIDED_GRADIENT)
 
-    scored = _columns.score(model, raw, columns, classes, data)
+    scored = _columns.score(model, raw, columns, classes, data, tuple(images.shape[1:3]))
     # The ReLUs between the images and what the targets read: those the rules can change
     # (a ReLU on a weight, or on another output's path, is counted in no scope).
     relus = _activations.on_path(_graph.relu_ops(forward_ops), images, scored.ends)

@@ -467,7 +467,8 @@ class Explainer:
 
                 found = Class(int(target))
             objects.append(found)
-        return columns_of(objects, self.output, len(images), partial(self._embedding, key))
+        return columns_of(objects, self.output, len(images), partial(self._embedding, key),
+                          tuple(np.shape(images)[1:3]))
 
     def _embedding(self, key: tuple, image: np.ndarray, output: OutputName) -> np.ndarray:
         """A reference image's output, flattened: ``(size,)``.
@@ -545,7 +546,9 @@ class Explainer:
                         region_pixels=(columns.data[column].sum(axis=(1, 2)).astype(np.int64)
                                        if columns.specs[column].kind == "region" else None),
                         region_masks=(columns.data[column] != 0
-                                      if columns.specs[column].kind == "region" else None))
+                                      if columns.specs[column].kind == "region" else None),
+                        detections=(columns.data[column][:, 4:]
+                                    if columns.specs[column].kind == "detection" else None))
             for column in range(traced.targets.shape[1])
         ]
 

@@ -55,6 +55,10 @@ class Explanation:
         region_masks: For a :class:`~.targets.Region` target, bool ``(N, H', W')``: the
             region each score summed over, at the output's resolution (the model's own
             argmax region, or the given mask resized to it); else ``None``.
+        detections: For a :class:`~.targets.Detection` target, float32 ``(N, 6)``: the
+            proposal each image's box matched on the clean image: its corners ``(x0, y0,
+            x1, y1)`` in input pixels, its IoU with the box and its class score; else
+            ``None``.
     """
 
     by_method: dict
@@ -66,6 +70,7 @@ class Explanation:
     target: object = None
     region_pixels: np.ndarray | None = None
     region_masks: np.ndarray | None = None
+    detections: np.ndarray | None = None
 
     def caveats_of(self, index: int) -> tuple[Caveat, ...]:
         """The caveats of image ``index`` (empty when there are none)."""
