@@ -84,11 +84,13 @@ demo: $(DEMO_STAMP)
 	@echo "Open demo-out/index.html (one samples/*.panel.png per shape: original | color | gray | overlay)."
 
 # Retrain the bundled shapes models, ReLU (demo) and SiLU (demo-silu): fixed seeds,
-# about ten minutes each on 2 cores; then the segmentation model (demo-seg), a few minutes.
+# about ten minutes each on 2 cores; then the segmentation model (demo-seg) and the
+# detector (demo-det), a few minutes each.
 demo-model: $(STAMP)
 	$(PY) -m guidedbp.demo.train
 	$(PY) -m guidedbp.demo.train --activation silu
 	$(PY) -m guidedbp.demo.train_seg
+	$(PY) -m guidedbp.demo.train_det
 
 # The README's tables for the bundled models (demo, then demo-silu under both --guide
 # scopes, then demo-seg's regions): localisation against the shapes' masks, deletion and

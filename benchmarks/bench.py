@@ -34,6 +34,12 @@
   (224x224, 16 copies per forward pass): cost per image relative to guided backprop, and
   the time over that of the same number of plain forward passes of the model (16 images
   per pass, the same forward function): what the method adds to its forward passes.
+- drise: D-RISE beside RISE on the bundled detector (``demo-det``, 96x96) and one
+  Detection target per image (the object's true box, 4 held-out shape scenes),
+  1000 masks each, 64 copies per pass, each at its default grid (D-RISE 16, RISE 7):
+  forward passes per image, seconds per image, D-RISE over RISE, each over the same
+  number of plain forward passes of the detector, and over guided backprop of the same
+  Detection target; median of interleaved rounds. Then both at one grid: the same maps.
 - callback: ``guidedbp.keras.SaliencyCallback`` at one epoch's end on the bundled demo
   CNN (16 images, guided and Grad-CAM): the time training waits (the explain pass) and
   the whole work (with the drawing, PNG encoding and logging done in the background),
@@ -46,6 +52,11 @@
   pooled dense head; and two targets from one forward pass
   (``explain_targets([Region(0), Region(1)])``) against one. Batch 8, median of
   interleaved rounds.
+- detection: a :class:`~guidedbp.targets.Detection` target (D-RISE's similarity, the max
+  over every proposal's IoU times class score) against a class-like target of the same
+  detector (a ``Unit``: one proposal's class score), guided and vanilla, on the bundled
+  detector (``demo-det``, 96x96, 144 proposals, 6 classes), 32 scenes, batch 16, median
+  of interleaved rounds; target <= 1.2x.
 - precision: guided backprop with ``precision="mixed"`` against float32 on ResNet50
   (``weights=None``), 224x224, batch 16 (the sample photos and shapes, caffe
   preprocessing): time per batch, median of interleaved rounds, the speed-up, and each
@@ -915,8 +926,10 @@ def method_costs(rounds: int = 3, batch: int = 16, only=None) -> None:
     images = np.random.default_rng(0).normal(size=(batch, 224, 224, 3)).astype("float32")
     # The black-box methods cost hundreds of forward passes per image: blackbox_costs
     # times them on fewer images.
+    # D-RISE explains detections alone: the drise section times it on a detector.
     names = ["guided", *(name for name in (only or METHODS) if name != "guided"
-                         and (only or "blackbox" not in method(name).options))]
+                         and (only or "blackbox" not in method(name).options)
+                         and method(name).target is None)]
     explainers = {name: Explainer(model, name, batch_size=batch) for name in names}
     for explainer in explainers.values():
         explainer.explain(images)  # traced and run once
@@ -960,7 +973,8 @@ def blackbox_costs(rounds: int = 3, batch: int = 16, count: int = 2) -> None:
     rng = np.random.default_rng(0)
     batch_images = rng.normal(size=(batch, 224, 224, 3)).astype("float32")
     images = batch_images[:count]
-    names = [name for name, record in REGISTRY.items() if "blackbox" in record.options]
+    names = [name for name, record in REGISTRY.items()
+             if "blackbox" in record.options and record.target is None]  # drise: its section
     guided = Explainer(model, "guided", batch_size=batch)
     explainers = {name: Explainer(model, name, batch_size=batch) for name in names}
     passes = {name: passes_per_image(name, explainers[name].options.blackbox, 224, 224)
@@ -986,6 +1000,66 @@ def blackbox_costs(rounds: int = 3, batch: int = 16, count: int = 2) -> None:
         verdict = "met" if overhead <= BLACKBOX_OVERHEAD else "NOT met"
         print(f"  {name:<12}{passes[name]:>8}{statistics.median(costs[name]):>16.1f}"
               f"{overhead:>11.2f} (target <= {BLACKBOX_OVERHEAD} {verdict})")
+
+
+def drise_costs(rounds: int = 3, batch: int = 64, count: int = 4, masks: int = 1000) -> None:
+    """D-RISE beside RISE on the bundled detector (``demo-det``), the same Detection target
+    and mask count: passes per image, seconds per image, their ratio, each over as many
+    plain forward passes and over guided backprop of the target; then both at one grid,
+    the same maps."""
+    import tensorflow as tf
+
+    import guidedbp
+    from guidedbp.demo.detection_table import mask_box
+    from guidedbp.demo.shapes import make_scenes
+    from guidedbp.engine._blackbox import grid_of, passes_per_image
+    from guidedbp.targets import Detection
+
+    model = guidedbp.load_model("demo-det").model
+    size = model.input_shape[1]
+    scenes = make_scenes(count, seed=35_000, distractors=True)  # held-out scenes
+    images = scenes.images.astype("float32")
+    # Each scene's main object: its true box, the class the detector finds there.
+    target = Detection(np.array([mask_box(mask) for mask in scenes.masks], "float32"))
+    plain_batch = np.resize(images, (batch, *images.shape[1:]))
+    forward = tf.function(lambda x: model(x, training=False))
+    names = ("drise", "rise")
+    explainers = {name: Explainer(model, name, batch_size=batch, masks=masks)
+                  for name in ("guided", *names)}
+    options = explainers["drise"].options.blackbox
+    passes = {name: passes_per_image(name, options, size, size) for name in names}
+    forward(plain_batch)
+    for explainer in explainers.values():
+        explainer.explain(images, target)  # traced and run once
+    seconds: dict[str, list[float]] = {name: [] for name in ("guided", "forward", *names)}
+    for round_index in range(rounds):
+        order = ("guided", *names) if round_index % 2 == 0 else ("guided", *reversed(names))
+        seconds["forward"].append(timed(lambda: forward(plain_batch)["scores"].numpy())
+                                  / batch)  # one copy's forward pass
+        for name in order:
+            seconds[name].append(timed(explainers[name].explain, images, target) / count)
+    median = {name: statistics.median(values) for name, values in seconds.items()}
+    print(f"D-RISE beside RISE: the bundled detector demo-det ({size}x{size}, "
+          f"{model.output['scores'].shape[1]} proposals, {model.output['scores'].shape[2]} "
+          f"classes), one Detection target per image (its object's true box), "
+          f"{count} images, {masks} masks, {batch} copies per pass, median of {rounds} "
+          "interleaved rounds:")
+    print(f"  plain forward pass: {median['forward'] * 1000:.2f} ms per copy; guided backprop "
+          f"of the target: {median['guided'] * 1000:.1f} ms per image")
+    print(f"  {'method':<8}{'grid':>6}{'passes':>8}{'s/image':>10}{'vs plain passes':>17}"
+          f"{'vs guided':>11}")
+    for name in names:
+        print(f"  {name:<8}{grid_of(options, name, size, size):>6}{passes[name]:>8}"
+              f"{median[name]:>10.2f}{median[name] / (passes[name] * median['forward']):>17.2f}"
+              f"{median[name] / median['guided']:>11.0f}")
+    ratio = statistics.median(d / r for d, r in zip(seconds["drise"], seconds["rise"]))
+    print(f"  drise / rise: {ratio:.2f} (the same passes: forward passes dominate both)")
+    grid = grid_of(options, "drise", size, size)
+    same = Explainer(model, "drise,rise", batch_size=batch, masks=masks, grid=grid).explain(
+        images, target)
+    equal = np.array_equal(same.by_method["drise"], same.by_method["rise"])
+    print(f"  at one grid ({grid}), the same seed and masks: "
+          f"drise {'==' if equal else '!='} rise, map for map")
 
 
 #: The most the callback's epoch may cost, over one plain Explainer call.
@@ -1102,6 +1176,58 @@ def target_costs(rounds: int = 7, batch: int = 8, size: int = 224) -> None:
     print(f"  two Region targets from one forward pass {both:.3f} s: {two:.3f} x one "
           f"(target <= {TARGET_TWO_TARGETS:.1f} "
           f"{'met' if two <= TARGET_TWO_TARGETS else 'NOT met'})")
+
+
+#: The most a Detection target may cost over a Unit of the same detector's class scores.
+DETECTION_RATIO = 1.2
+
+
+def detection_costs(rounds: int = 7, batch: int = 16, count: int = 32) -> None:
+    """A Detection target against a Unit (one proposal's class score) on ``demo-det``,
+    guided and vanilla: seconds per image of each and their ratio."""
+    import guidedbp
+    from guidedbp.demo.detection_table import mask_box
+    from guidedbp.demo.shapes import make_scenes
+    from guidedbp.targets import Detection, Unit
+
+    model = guidedbp.load_model("demo-det").model
+    size = model.input_shape[1]
+    proposals, classes = model.output["scores"].shape[1:]
+    scenes = make_scenes(count, seed=35_000, distractors=True)  # held-out scenes
+    images = scenes.images.astype("float32")
+    # Each scene's main object's true box, the class the detector finds there; the Unit:
+    # the class score of the proposal the first scene's box matches.
+    detection = Detection(np.array([mask_box(mask) for mask in scenes.masks], "float32"))
+    found = Explainer(model, "vanilla", batch_size=batch).explain(
+        images[:1], Detection(detection.box[:1]))
+    boxes = np.asarray(model(images[:1], training=False)["boxes"])[0]
+    row = int(np.argmin(np.abs(boxes - found.detections[0, :4]).sum(axis=1)))
+    unit = Unit(row * classes + int(found.targets[0]), output="scores")
+    runs = {}
+    for method in ("guided", "vanilla"):
+        explainer = Explainer(model, method, batch_size=batch)
+        runs[(method, "detection")] = lambda e=explainer: e.explain(images, detection)
+        runs[(method, "unit")] = lambda e=explainer: e.explain(images, unit)
+    for run in runs.values():  # trace and warm up
+        run()
+        run()
+    times: dict[tuple, list[float]] = {key: [] for key in runs}
+    for round_index in range(rounds):
+        keys = list(runs) if round_index % 2 == 0 else list(reversed(runs))
+        for key in keys:
+            times[key].append(timed(runs[key]) / count)
+    print(f"detection: demo-det ({size}x{size}, {proposals} proposals, {classes} classes), "
+          f"{count} scenes, batch {batch}, median of {rounds} interleaved rounds; a "
+          f"Detection target (its max over every proposal's IoU x class score) against "
+          f"{unit.label} (one proposal's class score)")
+    for method in ("guided", "vanilla"):
+        ratio = statistics.median(d / u for d, u in zip(times[(method, "detection")],
+                                                       times[(method, "unit")]))
+        median = {kind: statistics.median(times[(method, kind)]) * 1000
+                  for kind in ("detection", "unit")}
+        print(f"  {method:<8} Detection {median['detection']:.2f} ms/image, Unit "
+              f"{median['unit']:.2f} ms/image: ratio {ratio:.3f} (target <= {DETECTION_RATIO:.1f} "
+              f"{'met' if ratio <= DETECTION_RATIO else 'NOT met'})")
 
 
 #: The least speed-up of ``precision="mixed"`` over float32, and the least Pearson
@@ -1337,8 +1463,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--only", choices=["engine", "savedmodel", "methods", "end-to-end",
                                            "memory", "memory-big", "ray", "callback",
-                                           "report", "costs", "blackbox", "targets", "precision",
-                                           "startup", "s3", "fingerprint"])
+                                           "report", "costs", "blackbox", "drise", "targets",
+                                           "detection", "precision", "startup", "s3",
+                                           "fingerprint"])
     parser.add_argument("--methods", default=None,
                         help="With --only costs: a comma list of methods (default: all).")
     args = parser.parse_args()
@@ -1357,10 +1484,14 @@ def main() -> None:
             memory_big(folder)
         if args.only in (None, "targets"):
             target_costs()
+        if args.only in (None, "detection"):
+            detection_costs()
         if args.only in (None, "costs"):
             method_costs(only=args.methods.split(",") if args.methods else None)
         if args.only in (None, "blackbox"):
             blackbox_costs()
+        if args.only in (None, "drise"):
+            drise_costs()
         if args.only in (None, "callback"):
             callback_cost(folder)
         if args.only in (None, "report"):

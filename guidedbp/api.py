@@ -5,8 +5,9 @@ its input space, and knows nothing about files. This one also takes what
 :func:`guidedbp.load_model` takes (a ``.keras``/``.h5`` path, a SavedModel folder,
 ``keras:NAME``, ``demo`` or a :class:`~guidedbp.models.loading.LoadedModel`), places
 the integrated-gradients baselines with the model's own preprocessing, and accepts
-class names as targets (for :class:`~guidedbp.targets.Region` too) and image files as
-:class:`~guidedbp.targets.Similarity` references.
+class names as targets (for :class:`~guidedbp.targets.Region` too), image files as
+:class:`~guidedbp.targets.Similarity` references, and explains a two-tower model's image
+tower for :class:`~guidedbp.targets.Text` prompts, which its text tower embeds.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from dataclasses import replace
 import numpy as np
 
 from guidedbp.engine import explainer as engine
-from guidedbp.engine.targets import Detection, Region, Similarity, as_target
+from guidedbp.engine.targets import Detection, Region, Similarity, Text, as_target
 from guidedbp.errors import ArgumentError
 from guidedbp.io.images import decode_image
 from guidedbp.models.labels import resolve_class
 from guidedbp.models.loading import LoadedModel, load_model
 from guidedbp.models.preprocess import PREPROCESS_MODES, prepare
 from guidedbp.models.preprocess import preprocess as pixels_to
+from guidedbp.models.two_tower import TextTower, is_two_tower
 
 __all__ = ["Explainer", "saliency"]
 
@@ -44,7 +46,13 @@ class Explainer(engine.Explainer):
       the model has class names, also a :class:`~guidedbp.targets.Region`'s or a
       :class:`~guidedbp.targets.Detection`'s class;
     - a :class:`~guidedbp.targets.Similarity` reference may be an image file, decoded
-      and preprocessed like the inputs (stretched to the model's size).
+      and preprocessed like the inputs (stretched to the model's size);
+    - a two-tower model (a keras-hub ``CLIPBackbone`` or ``SigLIPBackbone``, in memory,
+      as a file or as a preset folder) is explained through its image tower
+      (``images -> image embedding``), and a :class:`~guidedbp.targets.Text` target's
+      prompts are embedded by its text tower, tokenized by the tokenizer of its preset
+      folder or task, or by ``tokenizer=`` (a keras-hub tokenizer or preprocessor, a
+      preset folder, or a callable ``prompts -> token ids``).
 
     >>> explainer = Explainer("demo", method=("guided", "gradcam"))  # doctest: +SKIP
     >>> explainer.explain(images, target="circle").by_method.keys()  # doctest: +SKIP
@@ -52,20 +60,32 @@ class Explainer(engine.Explainer):
     """
 
     def __init__(self, model, method: str | Sequence[str] = "guided",
-                 batch_size: int | None = None, *, preprocess: str | None = None, **options):
-        loaded = None
+                 batch_size: int | None = None, *, preprocess: str | None = None,
+                 tokenizer=None, **options):
+        loaded, in_memory = None, False
         if isinstance(model, (str, os.PathLike, LoadedModel)):
             loaded = load_model(model)
             preprocess = preprocess or loaded.preprocess
             model = loaded.model
+        elif is_two_tower(model):  # fed in its own input space, as any keras.Model
+            loaded, in_memory = load_model(model), True
+            model = loaded.model
+        if tokenizer is not None:
+            if loaded is None or loaded.text is None:
+                raise ArgumentError("tokenizer= applies to a two-tower model (a keras-hub "
+                                    "CLIPBackbone or SigLIPBackbone): this model has no text "
+                                    "tower")
+            loaded = replace(loaded, text=loaded.text.with_tokenizer(tokenizer))
         self.loaded: LoadedModel | None = loaded
+        #: The text tower that embeds :class:`~guidedbp.targets.Text` prompts, or ``None``.
+        self.text: TextTower | None = None if loaded is None else loaded.text
         if preprocess is not None:
             if preprocess not in PREPROCESS_MODES:
                 raise ArgumentError(f"preprocess={preprocess!r} is not one of "
                                     f"{', '.join(PREPROCESS_MODES)}")
             options.setdefault("pixel_to_input", functools.partial(pixels_to, mode=preprocess))
         self._preprocess = preprocess
-        if loaded is not None:  # random weights, unscaled pixels: on every map it makes
+        if loaded is not None and not in_memory:  # random weights, unscaled pixels
             options.setdefault("caveats", loaded.caveats_for(preprocess))
         super().__init__(model, method, batch_size, **options)
 
@@ -78,6 +98,7 @@ class Explainer(engine.Explainer):
         """Every method's maps; ``target`` may also be a class name or a list of them."""
         if as_target(target) is not None:
             return super().explain(images, self._resolved(target, np.asarray(images).shape[1:]))
+        self._refuse_classes("target=None" if target is None else "a class target")
         if _names_a_class(target):
             images = np.asarray(images)
             num_classes = self.report_for(images.shape[1:]).num_classes
@@ -92,10 +113,31 @@ class Explainer(engine.Explainer):
         """Several targets from one forward pass; class names, region class names and
         reference image files resolved as :meth:`explain` does."""
         shape = np.asarray(images).shape[1:]
+        if isinstance(targets, (list, tuple)):
+            classes = [target for target in targets if as_target(target) is None]
+            if classes:
+                self._refuse_classes("a class target")
         return super().explain_targets(images, [
             self._resolved(target, shape) if as_target(target) is not None
             else (self._class_index(target) if isinstance(target, str) else target)
             for target in targets])
+
+    def explain_top_k(self, images, k: int) -> list[engine.Explanation]:
+        """Each image's ``k`` most probable classes (see the engine's)."""
+        self._refuse_classes(f"explain_top_k(k={k!r})")
+        return super().explain_top_k(images, k)
+
+    def explain_classes(self, images, classes) -> list[engine.Explanation]:
+        """The same ``classes`` for every image (see the engine's)."""
+        self._refuse_classes("explain_classes")
+        return super().explain_classes(images, classes)
+
+    def _refuse_classes(self, what: str) -> None:
+        """Refuse a class of a two-tower model: its image tower gives an embedding."""
+        if self.text is not None:
+            raise ArgumentError(f"{what}: the model is a two-tower model (CLIP, SigLIP): its "
+                                "image tower gives an embedding, not classes: explain "
+                                "Text(prompt) (or Similarity, Unit, Score)")
 
     def _class_index(self, name: str) -> int:
         """A class name (or digits) as an index into the labels; the engine checks the
@@ -112,10 +154,29 @@ class Explainer(engine.Explainer):
         if isinstance(target, Detection) and isinstance(target.class_label, str):
             target = target.with_label(self._class_index(target.class_label),
                                        target.class_label)
+        if isinstance(target, Text) and target.vectors is None:
+            target = self.embedded(target)
         if isinstance(target, Similarity) and isinstance(target.reference, (str, os.PathLike)):
             target = replace(target, reference=self.reference_image(target.reference,
                                                                     image_shape))
         return target
+
+    def embedded(self, target: Text) -> Text:
+        """``target`` with its prompts embedded by the model's text tower (each prompt
+        once per explainer) and the model's logit scale (:data:`~guidedbp.engine.targets.
+        DEFAULT_TEXT_SCALE` where it has none).
+
+        Raises:
+            ArgumentError: A model with no text tower or no tokenizer, a prompt longer
+                than the text encoder reads, in one line.
+        """
+        if self.text is None:
+            name = getattr(self.model, "name", None) or "the model"
+            raise ArgumentError(f"{target.short_label}: {name} has no text tower: a Text target "
+                                "needs a two-tower model (a keras-hub CLIPBackbone or "
+                                "SigLIPBackbone)")
+        vectors = np.stack([self.text.vector(group) for group in target.groups])
+        return target.embedded(vectors, self.text.logit_scale)
 
     def reference_image(self, path, image_shape: tuple) -> np.ndarray:
         """An image file as the model takes it: decoded, stretched to the model's size

@@ -134,8 +134,9 @@ class SaliencyCallback(keras.callbacks.Callback):
 
     Raises:
         ValueError: (:class:`~guidedbp.errors.ArgumentError`) For a bad argument,
-            naming it; at the start of training, for a class out of range or images
-            the model cannot take.
+            naming it (a method that explains detections alone, ``drise``, too);
+            at the start of training, for a class out of range or images the model
+            cannot take.
 
     Attributes:
         explainer: The engine :class:`~guidedbp.engine.explainer.Explainer`, once
@@ -174,6 +175,11 @@ class SaliencyCallback(keras.callbacks.Callback):
         self.images = as_images(images)
         count = len(self.images)
         self.methods = registry.as_methods(methods)
+        bound = [name for name in self.methods if registry.method(name).target is not None]
+        if bound:  # refused now, not after the first epoch's training
+            short = registry.method(bound[0]).title.split(":")[0]
+            raise ArgumentError(f"methods={bound[0]!r} ({short}) explains a detector's "
+                                "detections alone: SaliencyCallback explains classes")
         if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, (int, np.integer)) \
                 or every_n_epochs < 1:
             raise ArgumentError(f"every_n_epochs={every_n_epochs!r} must be an integer >= 1")

@@ -8,7 +8,8 @@ a reference, a detector's detection, any score of the model's output.
 Pass one as ``target=`` to :class:`guidedbp.Explainer` (or several to
 ``explain_targets``); ``output=`` picks the head of a model with several outputs, for
 the explainer or for one target. :class:`guidedbp.Explainer` also takes a class name
-for :class:`Region` and an image file for :class:`Similarity`. The definitions are
+for :class:`Region` and an image file for :class:`Similarity`, and embeds a
+:class:`Text` prompt with a two-tower model's text tower. The definitions are
 those of :mod:`guidedbp.engine.targets`; importing this module does not import
 TensorFlow.
 """
@@ -20,7 +21,8 @@ from guidedbp.engine.targets import (
     Score,
     Similarity,
     Target,
+    Text,
     Unit,
 )
 
-__all__ = ["Class", "Detection", "Region", "Score", "Similarity", "Target", "Unit"]
+__all__ = ["Class", "Detection", "Region", "Score", "Similarity", "Target", "Text", "Unit"]

@@ -130,6 +130,62 @@ def embedding_graph(relu="relu") -> Graph:
     return Graph(inputs, {"embedding": output}, {"embedding": output})
 
 
+DETECTOR_SIZE, DETECTOR_CELLS, DETECTOR_CLASSES = 16, 4, 3
+
+
+class CellBoxes(keras.layers.Layer):
+    """``(B, 16, 4)`` raw values -> one box per cell of a 4 x 4 grid of 4-pixel cells,
+    corners ``(x0, y0, x1, y1)`` in input pixels: the cell's centre moved by ``1.5 *
+    raw[:2]`` pixels, each half side ``2 * exp(raw[2:] / 4)``. No activation function, so
+    that the rules meet the convolutions' ReLUs alone."""
+
+    def call(self, raw):
+        step = DETECTOR_SIZE // DETECTOR_CELLS
+        rows, cols = np.mgrid[:DETECTOR_CELLS, :DETECTOR_CELLS] * step + step / 2
+        centres = np.stack([cols.ravel(), rows.ravel()], axis=-1).astype(np.float32)
+        centre = centres + 1.5 * raw[..., :2]
+        half = 2.0 * keras.ops.exp(raw[..., 2:] / 4)
+        return keras.ops.concatenate([centre - half, centre + half], axis=-1)
+
+
+def _head(filters: int, seed: int, name: str) -> keras.layers.Conv2D:
+    return keras.layers.Conv2D(
+        filters, 1, name=name, kernel_initializer=keras.initializers.GlorotUniform(seed=seed),
+        bias_initializer=keras.initializers.RandomNormal(stddev=0.2, seed=seed + 100))
+
+
+def detector_graph(relu="relu") -> Graph:
+    """16x16x3 -> three 3x3 ReLU convolutions, same padding, strides 1, 2, 2 (the last,
+    ``det3``, 4x4x8: one cell per proposal; no pooling) -> per cell a 1x1 box head
+    (:class:`CellBoxes`) and a 1x1 class head with a sigmoid: ``boxes`` ``(B, 16, 4)``,
+    ``scores`` ``(B, 16, 3)``. A cell of ``det3`` sees input rows and columns ``4i - 1``
+    to ``4i + 7`` (:func:`detector_reach`)."""
+    inputs = keras.Input((DETECTOR_SIZE, DETECTOR_SIZE, 3))
+    hidden = _conv(4, 21, relu, "det1", padding="same")(inputs)
+    hidden = _conv(6, 22, relu, "det2", padding="same", strides=2)(hidden)
+    hidden = _conv(8, 23, relu, "det3", padding="same", strides=2)(hidden)
+    cells = DETECTOR_CELLS * DETECTOR_CELLS
+    raw = keras.layers.Reshape((cells, 4), name="box_raw")(_head(4, 24, "box_head")(hidden))
+    logits = keras.layers.Reshape((cells, DETECTOR_CLASSES), name="class_logits")(
+        _head(DETECTOR_CLASSES, 25, "class_head")(hidden))
+    boxes = CellBoxes(name="boxes")(raw)
+    scores = keras.layers.Activation("sigmoid", name="scores")(logits)
+    return Graph(inputs, {"boxes": boxes, "scores": scores}, {"boxes": boxes, "scores": logits})
+
+
+def detector_reach(cell: int) -> tuple[slice, slice]:
+    """The input rows and columns proposal ``cell`` of :func:`detector_graph` sees: TF's
+    same padding pads a stride-2 layer after the last row only, so ``det3``'s row ``i``
+    reads ``det2``'s ``2i..2i+2``, which read ``det1``'s ``4i..4i+6``, which read the
+    input's ``4i-1..4i+7``."""
+    row, column = divmod(cell, DETECTOR_CELLS)
+
+    def reach(index: int) -> slice:
+        return slice(max(4 * index - 1, 0), min(4 * index + 8, DETECTOR_SIZE))
+
+    return reach(row), reach(column)
+
+
 def model_of(graph: Graph, form: str = "single") -> keras.Model:
     """The model under test: one output (``"single"``), or its heads as a ``"list"`` or a
     ``"dict"``."""
@@ -273,6 +329,67 @@ def similarity(head: str, embedding: np.ndarray) -> ScoreFn:
 def of_heads(function: Callable) -> ScoreFn:
     """``function`` of the heads' outputs (a dict by name)."""
     return lambda outputs, rows: function(outputs.heads)
+
+
+def detection(corners: np.ndarray, labels: np.ndarray, weight: float = 1.0,
+              boxes: str = "boxes", scores: str = "scores") -> ScoreFn:
+    """D-RISE's similarity ``max_j IoU(box, box_j) * p_j[label] ** weight`` over the
+    proposals ``boxes`` (corners in pixels) and their class probabilities ``scores``;
+    ``corners`` ``(N, 4)`` and ``labels`` ``(N,)`` the row's image's box and class.
+
+    The overlap's corners are written ``max(a, b) = (a + b + |a - b|) / 2`` (``min``
+    alike): where a proposal's side lies on the box's, the gradient splits evenly
+    (TensorFlow's ``|0|' = 0``)."""
+    corners = np.asarray(corners, np.float32)
+    labels = np.asarray(labels)
+
+    def high(a, b):
+        return (a + b + tf.abs(a - b)) / 2
+
+    def low(a, b):
+        return (a + b - tf.abs(a - b)) / 2
+
+    def score(outputs: Outputs, rows: np.ndarray) -> tf.Tensor:
+        box = tf.constant(corners[rows])[:, None, :]
+        found = outputs.heads[boxes]
+        width = tf.nn.relu(low(box[..., 2], found[..., 2]) - high(box[..., 0], found[..., 0]))
+        height = tf.nn.relu(low(box[..., 3], found[..., 3]) - high(box[..., 1], found[..., 1]))
+        inter = width * height
+        union = ((box[..., 2] - box[..., 0]) * (box[..., 3] - box[..., 1])
+                 + (found[..., 2] - found[..., 0]) * (found[..., 3] - found[..., 1]) - inter)
+        chosen = tf.gather(outputs.heads[scores], tf.constant(labels[rows], tf.int32), axis=2,
+                           batch_dims=1)
+        weighted = tf.ones_like(chosen) if weight == 0 else chosen ** weight
+        return tf.reduce_max(inter / union * weighted, axis=1)
+
+    return score
+
+
+def overlaps(box: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """float64 ``(P,)``: the IoU of one ``box`` ``(4,)`` with proposals ``(P, 4)``."""
+    box, found = np.asarray(box, np.float64), np.asarray(found, np.float64)
+    width = np.clip(np.minimum(box[2], found[:, 2]) - np.maximum(box[0], found[:, 0]), 0, None)
+    height = np.clip(np.minimum(box[3], found[:, 3]) - np.maximum(box[1], found[:, 1]), 0, None)
+    inter = width * height
+    union = ((box[2] - box[0]) * (box[3] - box[1])
+             + (found[:, 2] - found[:, 0]) * (found[:, 3] - found[:, 1]) - inter)
+    return inter / union
+
+
+def best_label(box: np.ndarray, found: np.ndarray, probabilities: np.ndarray) -> int:
+    """The class a Detection with no label takes on one image: that of the proposal best
+    matching ``box`` by ``IoU * max_c p_c``."""
+    best = int(np.argmax(overlaps(box, found) * probabilities.max(axis=1)))
+    return int(np.argmax(probabilities[best]))
+
+
+def best_match(box: np.ndarray, label: int, found: np.ndarray, probabilities: np.ndarray,
+               weight: float = 1.0) -> tuple[int, float, float]:
+    """The proposal ``box`` matches for ``label`` on one image: its row, IoU, class score."""
+    iou = overlaps(box, found)
+    chosen = probabilities[:, label].astype(np.float64)
+    best = int(np.argmax(iou * (chosen ** weight if weight else 1.0)))
+    return best, float(iou[best]), float(chosen[best])
 
 
 # -- averaging and perturbation methods, written out ---------------------------------------

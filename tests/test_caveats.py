@@ -285,7 +285,7 @@ def test_caveat_codes_are_the_documented_ones():
     assert caveat_kinds.CODES == ("untrained-weights", "no-guided-activation", "no-rescaling",
                                   "negligible-map", "scorecam-capped", "empty-region",
                                   "non-finite-score", "unguided-activation",
-                                  "mixed-precision-drift")
+                                  "mixed-precision-drift", "no-detection")
     # Each code has its row in the table of the Caveats page, in the order of CODES.
     page = (Path(__file__).resolve().parents[1] / "docs" / "caveats.md").read_text()
     rows = [line.split("|")[1].strip() for line in page.splitlines()

@@ -113,7 +113,8 @@ def test_demo_silu_is_a_spec_before_tensorflow_and_warns_of_a_local_namesake(tmp
                                                                               monkeypatch):
     from guidedbp.models.loading import DEMO_SPECS, check_model_path, load_model
 
-    assert DEMO_SPECS == {"demo": "shapes", "demo-silu": "shapes_silu", "demo-seg": "shapes_seg"}
+    assert DEMO_SPECS == {"demo": "shapes", "demo-silu": "shapes_silu", "demo-seg": "shapes_seg",
+                          "demo-det": "shapes_det"}
     monkeypatch.chdir(tmp_path)
     check_model_path("demo-silu")  # no file of that name needed
     with warnings.catch_warnings(record=True) as caught:

@@ -119,6 +119,8 @@ def test_json_for_a_mixed_relu_model(models):
         "plain_activations": {},
         "unreached_activations": {},
         "cam_layer": last_feature_layer(models / "mix.keras"),  # the LeakyReLU's
+        "text_tower": None,  # no two-tower model
+        "detector": None,  # no boxes and class scores outputs
         "labels_source": "none (class indices only)",
         "labels": None,
         "notes": [RESCALING_NOTE],

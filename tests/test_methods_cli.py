@@ -7,9 +7,9 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-import guidedbp
 from guidedbp import Explainer
 from guidedbp.cli import main
+from guidedbp.engine.methods import as_methods
 from guidedbp.io.images import decode_image
 from guidedbp.io.inputs import output_stem
 from guidedbp.io.manifest import read_manifest
@@ -19,6 +19,9 @@ from guidedbp.render import PANEL_COLUMNS, PANEL_GAP, PANEL_MARGIN
 from .models import X4x4, cam_cnn
 
 SIZE = 4
+#: The methods that explain a class: every one but D-RISE (detections alone,
+#: tests/test_drise.py); what --method all runs on a classifier.
+EVERY = as_methods("all")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,7 @@ def model_input(folder):
     return preprocess(fitted, "none")[None]
 
 
-@pytest.mark.parametrize("method", guidedbp.METHODS)
+@pytest.mark.parametrize("method", EVERY)
 def test_each_method_raw_map_equals_the_explainer(setup, method):
     folder, model, model_path = setup
     out = folder / f"out-{method}"
@@ -69,14 +72,14 @@ def test_all_methods_make_one_comparison_panel(setup):
                  "--render", "panel,color", "--raw", "--tile", "64", "-q")
     assert result.exit_code == 0, result.output
     record = read_manifest(out / "manifest.jsonl")[0]
-    assert record["method"] == ",".join(guidedbp.METHODS)
+    assert record["method"] == ",".join(EVERY) and "drise" not in EVERY
     assert record["outputs"]["panel"] == output_stem(str(folder / "img.png")) + ".panel.png"
     assert sorted(record["outputs"]) == sorted(
-        ["panel"] + [f"{m}.color" for m in guidedbp.METHODS])
-    assert sorted(record["raw"]) == sorted(guidedbp.METHODS)
+        ["panel"] + [f"{m}.color" for m in EVERY])
+    assert sorted(record["raw"]) == sorted(EVERY)
     panel = np.asarray(Image.open(out / record["outputs"]["panel"]))
     # The original, then one per method: rows of PANEL_COLUMNS tiles, 22 in four rows.
-    assert 1 + len(guidedbp.METHODS) == 22 > 3 * PANEL_COLUMNS
+    assert 1 + len(EVERY) == 22 > 3 * PANEL_COLUMNS
     assert panel.shape[1] == 2 * PANEL_MARGIN + PANEL_COLUMNS * 64 + (PANEL_COLUMNS - 1) * PANEL_GAP
     # The first column, below the caption and titles, is the original picture (gray -> RGB)
     # enlarged 16 times, nearest-neighbour.

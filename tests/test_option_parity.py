@@ -93,7 +93,8 @@ REFUSED = {"classes": (1,), "top_k": 2, "recursive": False, "shard": (0, 2),
            "renders": "panel", "cmap": "gray", "clip": 50.0, "alpha": 0.2,
            "output_size": "model", "tile": 128, "raw": True, "figure": "png", "dpi": 100,
            "report": False, "skip_existing": True, "fail_fast": True,
-           "targets": ("unit:0",), "model_output": 0, "mask_dir": "masks"}
+           "targets": ("unit:0",), "model_output": 0, "mask_dir": "masks", "detections": 2,
+           "detection_threshold": 0.5}
 
 
 @pytest.fixture(autouse=True)

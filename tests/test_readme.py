@@ -77,6 +77,7 @@ ON_S3 = {("docs/scaling.md", "Try it locally on moto")}
 #: After the commands ran, each must look like what they drew (regenerate it from there).
 DRAWN = {f"docs/methods-{name}.png": f"{name}/star_0.png.panel.png"
          for name in ("gradients", "averaged", "cams", "more-cams", "blackbox")}
+DRAWN["docs/detectors-panel.png"] = "dets/scenes/scene_0.png.det-2-star.panel.png"
 
 #: What the pages' snippets take as the reader's own files, made in the folder they run in.
 GIVEN_FILES = {
@@ -84,6 +85,8 @@ GIVEN_FILES = {
     "model.keras, model.h5, saved_model_dir/": "the demo model, as a .keras file, an H5 file "
                                                 "and a SavedModel (model.export)",
     "cat.jpg": "sample_images/cat.jpg",
+    "clip-preset/": "a tiny keras-hub CLIP built from a config, saved as a preset folder "
+                    "with its tokenizer (tests/zoo.py)",
     "photos/, shots/, tests/images/": "sample shapes (photos/ with a subfolder)",
     "tests/expected.csv": "each sample shape's class index (model.keras has no class names)",
     "tests/images/circle.png, tests/images/batch.npy": "a sample shape; the six, preprocessed",
@@ -256,6 +259,7 @@ def reader_folder(tmp_path_factory) -> Path:
     shutil.copy(models["keras"], folder / "model.keras")
     shutil.copy(models["h5"], folder / "model.h5")
     shutil.copytree(models["savedmodel"], folder / "saved_model_dir")
+    shutil.copytree(zoo.clip_preset(), folder / "clip-preset")
     shapes = packaged_samples()
     for name in ("photos/a", "shots", "tests/images"):
         (folder / name).mkdir(parents=True)

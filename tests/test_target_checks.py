@@ -4,8 +4,9 @@
   a flattened output, ``None``, a string or an object) and a :class:`Similarity` reference
   that does not fit the model (an embedding of the wrong length, an image of the wrong
   shape) are one :class:`~guidedbp.errors.ArgumentError` line naming the parameter, the
-  same for each method of :data:`guidedbp.METHODS`, with SmoothGrad or not, before any
-  method runs; a valid score function explains what :class:`Unit` explains.
+  same for each method of :data:`guidedbp.METHODS` (but ``drise``, which refuses any
+  target but a detection at once), with SmoothGrad or not, before any method runs; a
+  valid score function explains what :class:`Unit` explains.
 - A one-unit output with no sigmoid or softmax head is a value, not a class: with no
   target it is explained as ``unit:0`` (said once), a class of it is refused with the
   ``unit:0`` hint, and ``inspect`` says which reading applies; a sigmoid head stays a
@@ -36,6 +37,7 @@ import guidedbp
 from guidedbp.caveats import NON_FINITE_SCORE
 from guidedbp.engine.explainer import Explainer
 from guidedbp.engine.explanation import ValueOutputWarning
+from guidedbp.engine.methods import as_methods
 from guidedbp.errors import ArgumentError
 from guidedbp.targets import Class, Score, Similarity, Unit
 
@@ -45,6 +47,9 @@ from .helpers import assert_one_line_error, run_cli
 SMALL = {"masks": 8, "samples": 8, "designs": 2, "grid": 2, "steps": 2, "max_channels": 2,
          "patch": 3, "stride": 3, "seed": 0}
 IMAGES = np.random.default_rng(0).uniform(0, 1, (2, 6, 6, 1)).astype(np.float32)
+#: Every method that explains these targets: all but D-RISE, which explains detections
+#: alone and refuses the others before any check (tests/test_drise.py).
+EVERY = as_methods("all")
 
 
 def _set(layer, *arrays) -> None:
@@ -98,7 +103,7 @@ BAD_TARGETS = [
 
 
 @pytest.mark.parametrize("smooth", [0, 2], ids=["plain", "smoothgrad"])
-@pytest.mark.parametrize("name", guidedbp.METHODS)
+@pytest.mark.parametrize("name", EVERY)
 def test_a_bad_score_or_reference_is_one_line_for_every_method(model, name, smooth):
     explainer = Explainer(model, name, smooth=smooth, **SMALL)
     for what, target, fragments in BAD_TARGETS:
@@ -110,7 +115,7 @@ def test_a_bad_score_or_reference_is_one_line_for_every_method(model, name, smoo
             assert fragment in message, (what, fragment, message)
 
 
-@pytest.mark.parametrize("name", guidedbp.METHODS)
+@pytest.mark.parametrize("name", EVERY)
 def test_a_bad_score_fails_before_any_method_runs(model, name):
     # No method runs half-way: a shape known when tracing fails the trace, before any
     # image goes through the model; one known only when it runs, the first batch.
@@ -130,7 +135,7 @@ def test_a_bad_score_fails_before_any_method_runs(model, name):
     assert int(passes.numpy()) == 1
 
 
-@pytest.mark.parametrize("name", guidedbp.METHODS)
+@pytest.mark.parametrize("name", EVERY)
 def test_a_valid_score_explains_what_the_unit_explains(model, name):
     # The checks add nothing to the score: the same maps as Unit(1), for every method.
     explainer = Explainer(model, name, **SMALL)

@@ -72,3 +72,54 @@ def _save(model, kind: str, path: Path) -> None:
         temporary = temporary / path.name
     os.replace(temporary, path)
     shutil.rmtree(path.with_name(f".{path.name}.{os.getpid()}"), ignore_errors=True)
+
+
+#: The tiny CLIP's image side, text length and the letters its tokenizer knows.
+CLIP_SIZE, CLIP_LENGTH = 32, 12
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def tiny_clip():
+    """A tiny keras-hub CLIP built from a config, seeded (``(backbone, tokenizer)``):
+    32x32 images in a 4x4 grid of 8x8 patches, two encoder blocks of width 16,
+    quick-GELU, an 8-value embedding; a hand-written tokenizer of the 26 letters, alone
+    and word-final, and two merged words (``cat``, ``dog``)."""
+    import keras
+    import keras_hub
+
+    # <|endoftext|> has the largest id, as in CLIP's vocabulary: the text pooler finds
+    # each prompt's end by its argmax.
+    tokens = [*LETTERS, *(f"{c}</w>" for c in LETTERS), "ca", "cat</w>", "do", "dog</w>",
+              "<|startoftext|>", "<|endoftext|>"]
+    tokenizer = keras_hub.models.CLIPTokenizer(
+        vocabulary={token: i for i, token in enumerate(tokens)},
+        merges=["c a", "ca t</w>", "d o", "do g</w>"])
+    keras.utils.set_random_seed(35)
+    backbone = keras_hub.models.CLIPBackbone(
+        vision_encoder=keras_hub.models.CLIPVisionEncoder(
+            patch_size=8, hidden_dim=16, num_layers=2, num_heads=2, intermediate_dim=32,
+            image_shape=(CLIP_SIZE, CLIP_SIZE, 3)),
+        text_encoder=keras_hub.models.CLIPTextEncoder(
+            vocabulary_size=len(tokens), embedding_dim=16, hidden_dim=16, num_layers=2,
+            num_heads=2, intermediate_dim=32, max_sequence_length=CLIP_LENGTH),
+        projection_dim=8)
+    return backbone, tokenizer
+
+
+def clip_preset() -> Path:
+    """:func:`tiny_clip` saved as a keras-hub preset folder with its tokenizer, built
+    once (as :func:`saved` builds)."""
+    folder = _folder("clip-preset", tiny_clip, "")
+    if (folder / "preset").exists():
+        return folder / "preset"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "preset").exists():
+            backbone, tokenizer = tiny_clip()
+            temporary = folder / f".preset.{os.getpid()}"
+            shutil.rmtree(temporary, ignore_errors=True)
+            backbone.save_to_preset(str(temporary))
+            tokenizer.save_to_preset(str(temporary))
+            os.replace(temporary, folder / "preset")
+    return folder / "preset"

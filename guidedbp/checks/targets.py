@@ -41,8 +41,8 @@ class CheckTarget:
     Attributes:
         planned: The resolved spec, or ``None``: each image's top class of :attr:`output`.
         output: The model output read (a name or an index), ``None`` for the only one.
-        reference: A similarity's reference embedding (flat, float32), from the model as
-            loaded; ``None`` for other targets.
+        reference: A similarity's reference embedding (flat, float32), or a text
+            prompt's, from the model as loaded; ``None`` for other targets.
         labels: The model's class names, for the words.
     """
 
@@ -76,6 +76,10 @@ class CheckTarget:
             return Unit(planned.unit)
         if planned.kind == "region":
             return Region(planned.index, mask=masks, name=planned.spec.partition(":")[2])
+        if planned.kind == "text":  # the prompt's embedding, fixed from the model as loaded
+            from guidedbp.targets import Text
+
+            return Text(planned.spec.partition(":")[2]).embedded(self.reference[None])
         return Similarity(self.reference, name=os.path.basename(planned.reference))
 
     def describe(self, index: int, value: float, probability: float,
@@ -175,9 +179,9 @@ def plan_check_target(loaded, spec, model_output, image_shape: tuple) -> CheckTa
             if (len(found) == 1 if model_output is None else model_output in (output.name, index))]
     # One unit with no sigmoid or softmax: a value, checked as unit:0 (explain's rule).
     value = len(read) == 1 and tuple(read[0].shape[1:]) == (1,) and read[0].head is None
-    if spec is None and model_output is None and not value:
-        return None  # each image's top class, as ever
-    plan = plan_targets(wanted, outputs, loaded.labels, value)
+    if spec is None and model_output is None and not value and loaded.text is None:
+        return None  # each image's top class, as ever (a two-tower model's is refused)
+    plan = plan_targets(wanted, outputs, loaded.labels, value, text=loaded.text)
     if plan is None:
         return None
     planned = plan.targets[0] if plan.targets else None
@@ -190,4 +194,7 @@ def plan_check_target(loaded, spec, model_output, image_shape: tuple) -> CheckTa
         embedding = target._output(loaded.model, image[None]).reshape(-1)
         target = CheckTarget(planned, wanted.model_output, embedding.astype(np.float32),
                              loaded.labels)
+    if planned is not None and planned.kind == "text":  # a similarity to the prompt's
+        embedding = loaded.text.vector([planned.spec.partition(":")[2]])
+        target = CheckTarget(planned, wanted.model_output, embedding, loaded.labels)
     return target

@@ -159,6 +159,14 @@ def parse_methods(ctx, param, value: str) -> tuple[str, ...]:
         ) from None
 
 
+def parse_run_methods(ctx, param, value: str) -> tuple[str, ...] | str:
+    """``explain``'s ``--method``: :func:`parse_methods`, but ``all`` stays ``"all"``: the
+    run resolves it against its targets (``drise`` joins where every target is a
+    detection)."""
+    names = parse_methods(ctx, param, value)
+    return "all" if value.strip().lower() == "all" else names
+
+
 def parse_comma_list(choices):
     """A click callback: a comma list of ``choices``, deduplicated, in order."""
 

@@ -194,6 +194,11 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
         raise UsageFailure(f"--json is --format json: give --json or --format "
                            f"{output_format}, not both")
     output_format = "json" if as_json else output_format or "text"
+    bound = [name for name in methods if REGISTRY[name].target is not None]
+    if bound:  # evaluate explains classes and regions: never a detector's detections
+        raise UsageFailure(f"--method {bound[0]} explains a detector's detections alone "
+                           "(guidedbp explain --target box:X0,Y0,X1,Y1 or --detections "
+                           "top:K); evaluate explains classes and segmentation regions")
     every = metrics == ("all",)
     metrics = _resolve_metrics(metrics, shapes is not None or masks is not None, False)
     settings = Settings(metrics, tolerance, steps, baseline, seed)

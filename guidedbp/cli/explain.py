@@ -30,10 +30,16 @@ from guidedbp.cli.common import (
     method_flags,
     model_options,
     parse_comma_list,
-    parse_methods,
+    parse_run_methods,
 )
 from guidedbp.cli.progress import Progress, show_progress
-from guidedbp.cli.targets import TARGET_HELP, complete_target, parse_targets
+from guidedbp.cli.targets import (
+    DETECTIONS_HELP,
+    TARGET_HELP,
+    complete_target,
+    parse_detections,
+    parse_targets,
+)
 from guidedbp.engine.methods import METHODS, REGISTRY
 from guidedbp.engine.options import (
     BASELINES,
@@ -44,13 +50,15 @@ from guidedbp.engine.options import (
     BlackBoxOptions,
 )
 from guidedbp.io.made_by import REASONS
+from guidedbp.pipeline.detections import fewer_phrase
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, MAX_CLASSES, MAX_DPI, MIN_DPI, RunOptions
 from guidedbp.pipeline.preflight import hidden_phrase
 from guidedbp.plot import FIGURE_FORMATS
 from guidedbp.render import COLORMAPS, MAX_TILE, MIN_TILE, RENDERS
 from guidedbp.render.options import OUTPUT_SIZES
 
-#: The black-box methods' flags (rise, kernelshap, lime, sobol): a --help group of their own.
+#: The black-box methods' flags (rise, drise, kernelshap, lime, sobol): a --help group of
+#: their own.
 BLACKBOX_FLAGS = [spec.name for spec in dataclasses.fields(BlackBoxOptions)]
 
 #: --help's option groups, by parameter name.
@@ -61,7 +69,7 @@ OPTION_GROUPS = [
         if name not in ("precision", *BLACKBOX_FLAGS))]),
     ("Black-box methods", BLACKBOX_FLAGS),
     ("Classes", ["classes", "top_k"]),
-    ("Targets", ["targets", "model_output", "mask_dir"]),
+    ("Targets", ["targets", "model_output", "mask_dir", "detections", "detection_threshold"]),
     ("Rendering", ["renders", "output_size", "cmap", "clip", "alpha", "tile"]),
     ("Inputs and model", ["recursive", "size", "resize", "signature", "input_key", "output_key",
                           "weights", "unsafe_deserialization", "custom_objects", "preprocess",
@@ -84,8 +92,9 @@ def _parse_shard(ctx, param, value: str | None) -> tuple[int, int] | None:
         raise click.BadParameter(str(error), ctx, param) from None
 
 
-METHODS_HELP = ("Comma list of methods (listed below), or 'all'. Several share one forward "
-                "pass; with several, --render panel makes one comparison panel.")
+METHODS_HELP = ("Comma list of methods (listed below), or 'all' (every method that explains "
+                "the targets: drise only on detections). Several share one forward pass; with "
+                "several, --render panel makes one comparison panel.")
 METHODS_EPILOG = "\b\nMethods:\n" + "\n".join(
     f"  {m.name:<22}{m.title} ({m.paper})" for m in REGISTRY.values())
 
@@ -111,11 +120,16 @@ wildcard. Two INPUTs that would share a name are refused. Hidden files and folde
   index.html                      the run as a web page: filter, sort, click through
                                   (manifest-K-of-N.jsonl with --shard K/N)
 CLASS is 281-tabby (index-name) or 281 for a class; for --target, unit-2 (unit-4-7-1),
-region-1-circle (region-1 without class names) or similar-ref.jpg (the reference's
-file name; characters other than letters, digits, '.', '_' and '-' become '-').
+region-1-circle (region-1 without class names), similar-ref.jpg (the reference's
+file name; characters other than letters, digits, '.', '_' and '-' become '-') or
+box-10-20-40-60 (box-10-20-40-60-1-circle with a class); for --detections, det-1-circle
+(rank, class name or index).
 With --target or --model-output, each manifest target also has "target" (spec, kind,
-output, index, name; a region's pixels and mask, a similarity's reference), "value"
-(the score explained) and "description" (the panels' caption).
+output, index, name; a region's pixels and mask, a similarity's reference; a box's or
+detection's box in the file's pixels, box_input on the model's input and the proposal it
+matched: box, iou, score), "value" (the score explained) and "description" (the
+panels' caption); with --detections each record has "detections" (top, found,
+threshold).
 One run writes to an OUT at a time; guidedbp never writes through a link or over a
 file it did not write.""")
 @click.argument("model")
@@ -125,7 +139,8 @@ file it did not write.""")
               help="Folder (or object-store URL, s3://bucket/prefix/) for maps and "
                    "manifest.jsonl.")
 @field_option("recursive", "--recursive/--no-recursive", help="Walk INPUT folders recursively.")
-@field_option("methods", "--method", metavar="LIST", callback=parse_methods, help=METHODS_HELP,
+@field_option("methods", "--method", metavar="LIST", callback=parse_run_methods,
+              help=METHODS_HELP,
               shell_complete=complete_comma_list(METHODS, extra=("all",)))
 @field_option("layer", "--layer",
               help="Layer of the class activation maps ("
@@ -141,7 +156,7 @@ file it did not write.""")
               help="SmoothGrad noise, relative to each image's value range.")
 @field_option("seed", "--seed", type=int,
               help="Seed of SmoothGrad's noise and of the random masks and coalitions of "
-                   "rise, kernelshap and lime (per image).")
+                   "rise, drise, kernelshap and lime (per image).")
 @field_option("steps", "--steps", type=click.IntRange(1, MAX_STEPS),
               help="Integrated-gradients steps.")
 @field_option("baseline", "--baseline", type=Choice(BASELINES),
@@ -165,6 +180,12 @@ file it did not write.""")
                    "its INPUT folder, any image format (photos/a/cat.jpg from INPUT photos: "
                    "DIR/a/cat.png); nonzero pixels are the region. Fitted to the model's "
                    "input as the image is.")
+@field_option("detections", "--detections", metavar="top:K", callback=parse_detections,
+              help=DETECTIONS_HELP)
+@field_option("detection_threshold", "--detection-threshold", type=click.FloatRange(0, 1),
+              help="For a detector: the class score from which a proposal is a detection "
+                   "(--detections finds those; a box: target whose match scores less, or "
+                   "overlaps it by an IoU under 0.5, carries the no-detection caveat).")
 @field_option("output_size", "--output-size", type=Choice(OUTPUT_SIZES),
               help="Write maps at the image's size or the model's input size.")
 @field_option("raw", "--raw", is_flag=True,
@@ -289,6 +310,9 @@ def print_summary(summary, quiet: bool = False) -> None:
             parts.append(recomputed_phrase(summary.recomputed))
         if summary.unusable:
             parts.append(f"{plural(len(summary.unusable), 'object')} skipped (see below)")
+        if summary.fewer_detections:
+            parts.append(fewer_phrase(summary.fewer_detections, summary.no_detections,
+                                      *summary.detections))
         if summary.passed_over:
             parts.append(f"{plural(summary.passed_over, 'other file')} passed over")
         if summary.hidden:

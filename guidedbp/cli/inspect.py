@@ -103,6 +103,7 @@ def describe(spec: str, options: dict) -> dict:
     if loaded.labels is not None and counts and len(loaded.labels) not in counts:
         notes.append(f"{len(loaded.labels)} labels for "
                      f"{' or '.join(map(str, counts))} classes")
+    detector = _detector(explainer, (*fed, channels))
     layers = layer_choices(loaded.model, (*fed, channels))
     # Listed for a model with token layers (a vision transformer), 4-D ones beside them.
     cam_layers = {"4-D": layers.maps, "tokens": layers.tokens} if layers.tokens else None
@@ -126,13 +127,78 @@ def describe(spec: str, options: dict) -> dict:
         "unreached_activations": report.unreached_activations,
         # The layer explain's class activation maps use (the default, or --layer's),
         # named as --layer takes it; None, with why, for a model that has none.
-        "cam_layer": report.cam_layers.get("gradcam"),
+        "cam_layer": _cam_layer(explainer, report, detector, (*fed, channels)),
         **({"cam_layer_error": as_flags(no_cam, ctx)} if no_cam else {}),
         **({"cam_layers": cam_layers} if cam_layers else {}),
+        # How a box: target or --detections reads the model, or None: no detector.
+        "detector": detector,
+        # A two-tower model's text tower (text:PROMPT targets), or None.
+        "text_tower": None if loaded.text is None else {
+            "tokenizer": None if loaded.text.tokenize is None else loaded.text.tokenizer_source,
+            "sequence_length": loaded.text.sequence_length,
+            "logit_scale": loaded.text.logit_scale},
         "labels_source": loaded.labels_source,
         "labels": loaded.labels,
         "notes": [as_flags(note, ctx) for note in notes],
     }
+
+
+def _cam_layer(explainer, report, detector, image_shape: tuple) -> str | None:
+    """The layer explain's class activation maps use: a detection's (the last feature map
+    its proposals share) for a detector of a known input size, else the report's."""
+    layer = report.cam_layers.get("gradcam")
+    if layer is None or detector is None or None in image_shape[:2]:
+        return layer
+    from guidedbp.pipeline.detections import detection_layers
+
+    return detection_layers(explainer, tuple(image_shape)).get("gradcam", layer)
+
+
+def _detector(explainer, image_shape: tuple) -> dict | None:
+    """What a Detection target reads of the model (its boxes and class scores outputs,
+    proposals and classes), or ``None`` for a model that is no detector."""
+    import dataclasses
+
+    from guidedbp.engine.detect import NotADetector
+
+    try:
+        return dataclasses.asdict(explainer.detector(image_shape))
+    except NotADetector:
+        return None
+
+
+def detector_line(detector: dict) -> str:
+    """``inspect``'s words for a detector.
+
+    >>> detector_line({"kind": "boxes", "boxes": "boxes", "scores": "scores",
+    ...                "proposals": 16, "classes": 2})
+    "boxes 'boxes', class scores 'scores': 16 proposals of 2 classes; explain one with \
+--target box:X0,Y0,X1,Y1[:C] (its corners in the image's pixels) or --detections top:K"
+    """
+    kind = {"retinanet": "keras-hub RetinaNet: ", "d-fine": "keras-hub D-FINE: "}.get(
+        detector["kind"], "")
+    proposals = detector["proposals"] if detector["proposals"] is not None else "?"
+    classes = detector["classes"] if detector["classes"] is not None else "?"
+    return (f"{kind}boxes {detector['boxes']!r}, class scores {detector['scores']!r}: "
+            f"{proposals} proposals of {classes} classes; explain one with --target "
+            "box:X0,Y0,X1,Y1[:C] (its corners in the image's pixels) or --detections top:K")
+
+
+def text_tower_line(tower: dict) -> str:
+    """``inspect``'s words for a two-tower model's text tower.
+
+    >>> text_tower_line({"tokenizer": "DIR", "sequence_length": 77, "logit_scale": 100.0})
+    'prompts of 77 tokens at most (tokenizer: DIR), logit scale 100; explain one with \
+--target text:PROMPT'
+    """
+    if tower["tokenizer"] is None:
+        return ("no tokenizer: --target text:PROMPT needs the model as a keras-hub preset "
+                "folder holding its tokenizer")
+    length = tower["sequence_length"] or "?"
+    scale = tower["logit_scale"]
+    return (f"prompts of {length} tokens at most (tokenizer: {tower['tokenizer']}), logit "
+            f"scale {'none' if scale is None else f'{scale:.3g}'}; explain one with --target "
+            "text:PROMPT")
 
 
 def format_description(info: dict, all_classes: bool = False) -> str:
@@ -158,6 +224,10 @@ def format_description(info: dict, all_classes: bool = False) -> str:
         lines.append(("output", f"{output['name']} {output_shape(output['shape'])}, "
                                 f"{output['head'] or 'no'} head: "
                                 f"{described.describe_targets()}"))
+    if info.get("detector"):
+        lines.append(("detector", detector_line(info["detector"])))
+    if info.get("text_tower"):
+        lines.append(("text tower", text_tower_line(info["text_tower"])))
     if info["classes"]:  # a classifier: what a class target explains
         lines += [
             ("classes", str(info["classes"])),

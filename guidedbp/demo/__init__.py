@@ -7,7 +7,10 @@ only), :mod:`guidedbp.demo.metrics` scores maps against masks (numpy only),
 (and its SiLU twin ``shapes_silu.keras``, the ``demo-silu`` model),
 :mod:`guidedbp.demo.train_seg` the segmentation model ``shapes_seg.keras`` (``demo-seg``;
 :mod:`guidedbp.demo.segmentation` holds its per-pixel labels and scores, and
-:mod:`guidedbp.demo.receptive` computes its receptive field) and
+:mod:`guidedbp.demo.receptive` computes its receptive field),
+:mod:`guidedbp.demo.train_det` the detector ``shapes_det.keras`` (``demo-det``;
+:mod:`guidedbp.demo.detection` holds the shapes' boxes, the decoding of its proposals and
+its recall) and
 :mod:`guidedbp.demo.samples` writes the example pictures in ``sample_images/`` and the
 six shapes the package ships for ``guidedbp demo`` (``data/samples/``).
 

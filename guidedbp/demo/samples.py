@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from guidedbp.demo.shapes import CLASS_NAMES, make_shapes
+from guidedbp.demo.shapes import CLASS_NAMES, make_scenes, make_shapes
 
 #: Seed of the sample shapes.
 SAMPLES_SEED = 2024
@@ -87,6 +87,47 @@ def write_shapes(root: Path, seed: int = SAMPLES_SEED, per_class: int = 1) -> li
     return written
 
 
+def _two_shape_scenes(seed: int, count: int):
+    """The scenes of :func:`make_scenes` and the indices of its first ``count`` that hold
+    a second shape."""
+    scenes = make_scenes(20 * count, seed=seed, distractors=True)
+    return scenes, np.flatnonzero(scenes.distractor_masks.any(axis=(1, 2)))[:count]
+
+
+def write_scenes(root: Path, seed: int = SAMPLES_SEED, count: int = 2) -> list[Path]:
+    """Write ``count`` scenes of two shapes each (the detector's, ``demo-det``) under
+    ``root/scenes``: the first scenes of :func:`~guidedbp.demo.shapes.make_scenes` that
+    hold a second shape, each object's box printed by ``main``.
+
+    Returns:
+        The image paths written, ``scene_0.png`` first.
+    """
+    root = Path(root) / "scenes"
+    root.mkdir(parents=True, exist_ok=True)
+    scenes, kept = _two_shape_scenes(seed, count)
+    written = []
+    for index, i in enumerate(kept):
+        path = root / f"scene_{index}.png"
+        Image.fromarray(scenes.images[i], "RGB").save(path)
+        written.append(path)
+    return written
+
+
+def scene_boxes_text(seed: int = SAMPLES_SEED, count: int = 2) -> list[str]:
+    """Each scene's objects as ``scene_0.png circle 10,12,40,44``: class and box
+    ``(x0, y0, x1, y1)`` in pixels (the tight box of its mask, ends exclusive)."""
+    from guidedbp.demo.detection import mask_boxes
+
+    scenes, kept = _two_shape_scenes(seed, count)
+    lines = []
+    for index, i in enumerate(kept):
+        boxes = mask_boxes(np.stack([scenes.masks[i], scenes.distractor_masks[i]]))
+        for label, box in zip((scenes.labels[i], scenes.distractor_labels[i]), boxes):
+            corners = ",".join(f"{value:g}" for value in box)
+            lines.append(f"scene_{index}.png {CLASS_NAMES[label]} {corners}")
+    return lines
+
+
 def write_photos(root: Path, wheel: Path) -> list[Path]:
     """Extract, shrink and save the photographs of :data:`PHOTOS` from a scikit-image wheel.
 
@@ -126,6 +167,9 @@ def main(argv: list[str] | None = None) -> None:
             packaged = PACKAGED_SAMPLES / path.name  # the copy the package (and wheel) ships
             packaged.write_bytes(path.read_bytes())
             print(packaged)
+    for path in write_scenes(args.root, args.seed):
+        print(path)
+    print("\n".join(scene_boxes_text(args.seed)))
     if args.skimage_wheel is not None:
         for path in write_photos(args.root, args.skimage_wheel):
             print(path)

@@ -1,4 +1,4 @@
-"""Black-box methods: RISE, KernelSHAP, LIME and Sobol indices, forward passes only.
+"""Black-box methods: RISE, D-RISE, KernelSHAP, LIME and Sobol indices, forward passes only.
 
 Each hides regions of an image (a pixel hidden to the fraction ``1 - m`` becomes
 ``m * x + (1 - m) * fill``, ``fill`` occlusion's fill in the model's input space), scores
@@ -15,6 +15,11 @@ into the map as they are scored (:mod:`guidedbp.engine._copies`), never held who
 must exist whole is KernelSHAP's and LIME's ``regions ** 2`` system (128 MiB at grid 64,
 :mod:`guidedbp.engine._regression`); :func:`check` refuses, before any work, a run where
 it cannot fit in the free memory.
+
+D-RISE (Petsiuk et al., 2021) is RISE on a detection's similarity
+(:class:`~guidedbp.engine.targets.Detection`'s score, ``max_j IoU(box, box_j) * p_j[label]``
+over the detector's proposals): the same masks from the same generator and seeds, the
+same estimator, on the paper's 16 x 16 grid by default.
 
 Random draws (RISE's masks, the coalitions) come from
 ``numpy.random.default_rng([seed, i])`` for image ``i`` (its position in the images
@@ -41,9 +46,9 @@ from guidedbp.engine._superpixels import require_slic
 from guidedbp.engine.options import MAX_BLACKBOX_PASSES, BlackBoxOptions
 from guidedbp.errors import ArgumentError
 
-#: Cells per side by default: RISE's (the paper's and Xplique's 7), the others' (Xplique's
-#: Sobol grid, 8).
-RISE_GRID, GRID = 7, 8
+#: Cells per side by default: RISE's (the paper's and Xplique's 7), D-RISE's (its paper's
+#: 16, for objects smaller than the image), the others' (Xplique's Sobol grid, 8).
+RISE_GRID, DRISE_GRID, GRID = 7, 16, 8
 #: RISE draws its random masks in blocks of this many, whatever ``chunk``.
 _BLOCK = 1024
 #: The methods whose regions may be SLIC superpixels (``segments="slic"``).
@@ -77,6 +82,12 @@ class BlackBoxProbe(Probe):
         return rise(self.images, self.columns, self.scores, self.chunk, self.fill, self.keys,
                     options.masks, grid, options.keep_probability)
 
+    def drise(self) -> np.ndarray:
+        # RISE's estimator and masks; the score is the Detection target's similarity.
+        options, grid = self._settings("drise")
+        return rise(self.images, self.columns, self.scores, self.chunk, self.fill, self.keys,
+                    options.masks, grid, options.keep_probability)
+
     def kernelshap(self) -> np.ndarray:
         options, grid = self._settings("kernelshap")
         return kernelshap(self.images, self.columns, self.scores, self.chunk, self.fill,
@@ -99,10 +110,14 @@ def grid_of(options: BlackBoxOptions, method: str, height: int, width: int) -> i
 
     >>> grid_of(BlackBoxOptions(), "rise", 224, 224), grid_of(BlackBoxOptions(), "lime", 4, 6)
     (7, 4)
+    >>> grid_of(BlackBoxOptions(), "drise", 224, 224), grid_of(BlackBoxOptions(grid=7), "drise",
+    ...                                                       224, 224)
+    (16, 7)
     """
     if options.grid is not None:
         return options.grid
-    return min(RISE_GRID if method == "rise" else GRID, height, width)
+    default = {"rise": RISE_GRID, "drise": DRISE_GRID}.get(method, GRID)
+    return min(default, height, width)
 
 
 def passes_per_image(method: str, options: BlackBoxOptions, height: int, width: int) -> int:
@@ -110,12 +125,12 @@ def passes_per_image(method: str, options: BlackBoxOptions, height: int, width: 
     (for KernelSHAP over SLIC superpixels, whose number each image sets, an upper bound).
 
     >>> [passes_per_image(m, BlackBoxOptions(), 224, 224)
-    ...  for m in ("rise", "kernelshap", "lime", "sobol")]
-    [100, 258, 256, 528]
+    ...  for m in ("rise", "drise", "kernelshap", "lime", "sobol")]
+    [100, 100, 258, 256, 528]
     """
     grid = grid_of(options, method, height, width)
     cells = grid * grid
-    if method == "rise":
+    if method in ("rise", "drise"):
         return options.masks
     if method == "lime":
         return options.samples
@@ -194,6 +209,11 @@ def rise(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: int,
     ``mean * sum_i M_i / (masks * keep)``, an offset of about the mean score everywhere
     that leaves rankings unchanged but makes its overlays uniformly hot and its energy,
     sparseness, complexity and sensitivity reflect the offset more than the map.
+
+    D-RISE (Petsiuk et al., 2021) is this function on a detection's similarity ``w_i``:
+    its paper's map ``sum_i w_i M_i`` is ``masks * keep`` times this map plus
+    ``mean * sum_i M_i`` (the same offset as RISE's; vision-explanation-methods' D-RISE
+    removes it too).
 
     The masks are drawn :data:`_BLOCK` at a time as the batches need them (the same draws
     whatever ``chunk``): memory holds a block and a batch, whatever ``masks``.

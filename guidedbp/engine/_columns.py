@@ -28,12 +28,13 @@ from guidedbp.engine.targets import (
     Score,
     Similarity,
     Target,
+    Text,
     Unit,
 )
 from guidedbp.errors import ArgumentError
 
 #: The column kinds; ``probe`` scores every output at once (the report's trace only).
-KINDS = ("class", "unit", "region", "similar", "score", "detection", "probe")
+KINDS = ("class", "unit", "region", "similar", "score", "detection", "text", "probe")
 
 #: A detection column's data per image: its box's corners, then what it matched (the
 #: proposal's corners, IoU and class score; zeros until the traced pass finds them).
@@ -58,7 +59,8 @@ class Column:
         output: The output read (name or index), ``None`` for the model's only output
             (or, for ``score`` and ``probe``, all of them).
         index: A unit's flat index, a region's class, a similarity's reference
-            length, or a detection's ``(score_weight, box_format, boxes, scores)``.
+            length, a detection's ``(score_weight, boxes_format, boxes, scores)``, or a
+            text column's ``(prompts, size, scale)``.
         auto: A region found by argmax (else given by a mask).
         function: A score function.
     """
@@ -78,6 +80,8 @@ class Column:
             return (self.index,)  # its length, so that the trace checks it
         if self.kind == "detection":
             return (DETECTION_DATA,)
+        if self.kind == "text":
+            return self.index[:2]  # (prompts, size): each prompt's unit embedding
         return (0,)
 
 
@@ -94,7 +98,8 @@ class Columns:
         classes: int32 ``(N, K)``: a class column's class (``-r`` the r-th most probable);
             0 for the other kinds.
         data: K float32 arrays ``(N, ...)``: a region's mask, a similarity's reference
-            embedding, else ``(N, 0)``.
+            embedding, a text column's prompt embeddings ``(N, prompts, size)``, else
+            ``(N, 0)``.
         targets: The K targets as given (``None`` for classes given as ints).
         streams: int64 ``(N, k)``: each row's key to the random streams of the methods
             that draw per image (the black-box methods), or ``None``: the row's index.
@@ -194,6 +199,8 @@ def column_of(target: Target, output: OutputName, count: int,
     if isinstance(target, Score):
         return Column("score", output, function=target.function), np.full(count, -1, np.int32), \
             empty
+    if isinstance(target, Text):
+        return _text_column(target, output, count)
     if isinstance(target, Detection):
         if isinstance(target.class_label, str):
             raise ArgumentError(
@@ -204,9 +211,29 @@ def column_of(target: Target, output: OutputName, count: int,
         data = np.zeros((count, DETECTION_DATA), np.float32)
         data[:, :4] = target.corners(count, image_size)
         label = -1 if target.class_label is None else int(target.class_label)
-        index = (float(target.score_weight), target.box_format, target.boxes, target.scores)
+        # the model's boxes' format: the target's box was turned into corners above
+        index = (float(target.score_weight), target.boxes_format, target.boxes, target.scores)
         return Column("detection", target.output, index), np.full(count, label, np.int32), data
     raise ArgumentError(f"target {target!r} is not a guidedbp target")
+
+
+def _text_column(target: Text, output: OutputName, count: int
+                 ) -> tuple[Column, np.ndarray, np.ndarray]:
+    """A :class:`Text` target's column: with no contrast, a similarity to the prompt's
+    embedding; with contrast, a ``text`` column fed every prompt's unit embedding
+    ``(count, prompts, size)``."""
+    vectors = target.vectors
+    if vectors is None:
+        raise ArgumentError(
+            f"{target.short_label} is a prompt: guidedbp.Explainer embeds prompts with the model's "
+            "text tower; the engine takes Text(...).embedded(embeddings, scale)")
+    classes = np.full(count, -1, np.int32)
+    if not target.contrast:
+        return Column("similar", output, vectors.shape[1]), classes, \
+            np.ascontiguousarray(np.broadcast_to(vectors[0], (count, vectors.shape[1])))
+    column = Column("text", output, (*vectors.shape, float(target.scale)))
+    return column, classes, np.ascontiguousarray(np.broadcast_to(vectors, (count,
+                                                                           *vectors.shape)))
 
 
 def columns_of(targets: Sequence[Target], output: OutputName, count: int,
@@ -250,11 +277,12 @@ class Scored:
         targets: int32 ``(B, K)``: a class, a unit's flat index or a region's class;
             -1 for similarities and score functions.
         probabilities: float32 ``(B, K)``: a class's probability, a region's mean
-            probability of its class; NaN for the other kinds.
+            probability of its class, a text prompt's zero-shot probability; NaN for the
+            other kinds.
         class_probabilities: float32 ``(B, classes)`` of the first class column's output,
             or ``(B, 0)``.
         resolved: K float32 tensors: a region's mask at the output's resolution, a
-            similarity's reference, else ``(B, 0)``.
+            similarity's reference, a text column's prompt embeddings, else ``(B, 0)``.
         ends: The tensors the scores read (the activations found lie before them).
         heads: The head ops stripped or passed (never activations).
         base: The tensor the default feature map is looked for behind.
@@ -311,22 +339,25 @@ def score(model, raw, columns: tuple[Column, ...], classes, data,
             resolved.append(empty)
             continue
         if column.kind == "detection":
-            weight, box_format, boxes, class_scores_output = column.index
+            weight, boxes_format, boxes, class_scores_output = column.index
             selected = raw if column.output is None else _outputs.select(model, raw,
                                                                         column.output)
             corners, probs, read = _detections.proposals(
-                model, selected, image_size, box_format, boxes, class_scores_output)
+                model, selected, image_size, boxes_format, boxes, class_scores_output)
             wanted = _score_checks.detection_label(classes[:, position], probs.shape[-1])
             found = _detections.matched(data[position][:, :4], wanted, corners, probs, weight)
             scores.append(found["score"])
             targets.append(found["label"])
             probabilities.append(found["found"][:, 5])
             resolved.append(tf.concat([data[position][:, :4], found["found"]], axis=1))
-            ends += read
-            main = main or (read[0], None, 0)
+            # The class scores first: the default feature map is looked for behind them
+            # (a box head's distances are no class evidence).
+            ends += read[::-1]
+            main = main or (read[-1], None, 0)
             continue
         needs = {"class": "a class target", "unit": "a Unit target",
-                 "region": "a Region target", "similar": "a Similarity target"}[column.kind]
+                 "region": "a Region target", "similar": "a Similarity target",
+                 "text": "a Text target"}[column.kind]
         output = _one_tensor(model, raw, selected, column, needs)
         logits, head, head_op = _graph.find_logits(output)
         heads += [head_op] if head_op is not None else []
@@ -399,6 +430,15 @@ def score(model, raw, columns: tuple[Column, ...], classes, data,
             resolved.append(reference)
             ends.append(output)
             main = main or (output, head, 0)
+        elif column.kind == "text":
+            flat = tf.reshape(tf.cast(output, tf.float32), [batch, -1])
+            log_probabilities = _zero_shot(flat, data[position], column)
+            scores.append(log_probabilities)
+            targets.append(tf.fill([batch], -1))
+            probabilities.append(tf.exp(log_probabilities))
+            resolved.append(data[position])
+            ends.append(output)
+            main = main or (output, head, 0)
     base_tensor, head, num_classes = main
     return Scored(
         scores=tf.stack(scores, axis=1), targets=tf.stack(targets, axis=1),
@@ -407,6 +447,24 @@ def score(model, raw, columns: tuple[Column, ...], classes, data,
                              else tf.zeros([batch, 0], tf.float32)),
         resolved=resolved, ends=ends, heads=heads, base=ends[0] if ends else base_tensor,
         head=head, num_classes=num_classes, output_shape=tuple(base_tensor.shape))
+
+
+def _zero_shot(flat, prompts, column: Column):
+    """A :class:`Text` target's zero-shot log-probability ``(B,)``: ``log_softmax(scale *
+    cos)[:, 0]``, ``cos`` ``(B, prompts)`` between each image embedding ``flat`` ``(B,
+    size)`` and the prompts' unit embeddings ``prompts`` ``(B, prompts, size)``.
+
+    Raises:
+        ArgumentError: The embeddings' size differs from the output's.
+    """
+    count, size, scale = column.index
+    if flat.shape[-1] is not None and flat.shape[-1] != size:
+        raise ArgumentError(f"the Text prompts' embeddings have {size} values; the "
+                            f"output{_named(column)} has {flat.shape[-1]} per image: the "
+                            "image and text towers must embed into one space")
+    unit = tf.math.divide_no_nan(flat, tf.norm(flat, axis=1, keepdims=True))
+    cosines = tf.einsum("bd,bkd->bk", unit, prompts)
+    return tf.nn.log_softmax(scale * cosines, axis=1)[:, 0]
 
 
 def refuse_a_value(logits, head: str | None, column: Column) -> None:

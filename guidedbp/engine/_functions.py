@@ -52,6 +52,7 @@ class TracedFunctions:
         self._predict_functions: dict[tuple, Function] = {}
         self._score_functions: dict[tuple, Function] = {}
         self._reports: dict[tuple, _graph.Report] = {}
+        self._pass_reports: dict[tuple, _graph.Report] = {}
         self.trace_count = 0
 
     def signature(self, image_shape: tuple) -> tuple:
@@ -86,6 +87,14 @@ class TracedFunctions:
                               ).get_concrete_function()
         return self._reports[key]
 
+    def pass_report(self, key: tuple, methods: tuple, columns: tuple) -> _graph.Report:
+        """The report of the gradient pass of ``methods`` for ``columns`` (traced once):
+        its class activation maps' layer is the one those targets use (a detection's is
+        the last feature map its proposals share, where a class's is the one before the
+        output)."""
+        self.gradient(key, methods, columns).get_concrete_function()
+        return self._pass_reports[(key, methods, columns)]
+
     def newest_report(self) -> _graph.Report | None:
         """The report of the newest signature traced, or ``None`` before any trace."""
         return next(reversed(self._reports.values())) if self._reports else None
@@ -113,6 +122,7 @@ class TracedFunctions:
                     self.layer_path, self.upsample, features=self.features, guide=self.guide,
                 )
                 self._reports.setdefault(key, report)
+                self._pass_reports[(key, methods, columns)] = report
                 return outputs
 
             # autograph=False: the body builds a graph in plain Python; nothing to convert.

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 import tensorflow as tf
 
 from guidedbp import _outputs
-from guidedbp.engine import _activations, _columns, _gradcam, _graph, _tokens
+from guidedbp.engine import _activations, _columns, _detections, _gradcam, _graph, _tokens
 from guidedbp.engine.methods import RELU_RULES, method
 
 #: Each swapping rule's scope when the explainer names none (``guide=None``): the
@@ -83,7 +83,7 @@ def target_scores(model, images, classes, data, columns):
     pass, no gradient override (the perturbation methods')."""
     raw = model(images, training=False)
     return _columns.score(model, raw, columns, classes, data,
-                          tuple(images.shape[1:3])).scores
+                          _detections.image_size(images)).scores
 
 
 def raw_output(model, images, output=None):
@@ -129,6 +129,7 @@ def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
     swapped = any(rule != "plain" for rule in rules)
     graph = tf.compat.v1.get_default_graph()
     override = {op_type: _graph.GUIDED_GRADIENT for op_type in _graph.RELU_OPS} if swapped else {}
+    override.update(_detections.gradient_overrides(model))  # D-FINE's training-only stops
     with graph.gradient_override_map(override):
         raw = model(images, training=False)
     forward_ops = graph.get_operations()
@@ -139,7 +140,7 @@ def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
     built_relus = _graph.built_function_relus(forward_ops) if swapped else []
     _graph.set_gradient(built_relus, _graph.GUIDED_GRADIENT)
 
-    scored = _columns.score(model, raw, columns, classes, data, tuple(images.shape[1:3]))
+    scored = _columns.score(model, raw, columns, classes, data, _detections.image_size(images))
     # The ReLUs between the images and what the targets read: those the rules can change
     # (a ReLU on a weight, or on another output's path, is counted in no scope).
     relus = _activations.on_path(_graph.relu_ops(forward_ops), images, scored.ends)
@@ -169,7 +170,7 @@ def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
     if needs_cam or features:
         feature_map = (_gradcam.feature_map_by_name(forward_ops, layer_path, model)
                        if layer_path
-                       else _gradcam.default_feature_map(scored.base, images))
+                       else _default_feature_map(scored, columns, images))
     report = _graph.Report(
         method=",".join(report_methods),
         guided_activations=guided_counts,
@@ -229,6 +230,18 @@ def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
     if features:
         outputs["features"] = tf.cast(_tokens.as_grid(feature_map), tf.float32)  # tokens: grid
     return outputs, report
+
+
+def _default_feature_map(scored, columns, images) -> tf.Tensor:
+    """The class activation maps' layer where none is named: beside a detection, the last
+    feature map that the whole gradient of every target passes through
+    (:func:`._detections.feature_map`), else the last one before the first target's
+    output (:func:`._gradcam.default_feature_map`)."""
+    if any(column.kind == "detection" for column in columns):
+        found = _detections.feature_map(scored.ends, images)
+        if found is not None:
+            return found
+    return _gradcam.default_feature_map(scored.base, images)
 
 
 def _check_logits(logits, output) -> None:

@@ -42,6 +42,7 @@ from guidedbp.engine import (
     _inputs,
     _payoff,
     _precision,
+    detect,
 )
 from guidedbp.engine import methods as registry
 from guidedbp.engine._columns import Column, Columns, NotAClass, NotAClassifier, columns_of
@@ -217,6 +218,7 @@ class Explainer:
         self._warned: set[tuple] = set()
         self._drifts: dict[tuple, list[Caveat]] = {}  # signature -> mixed precision's
         self._values: dict[tuple, bool] = {}  # signature -> whether the output is a value
+        self._detectors: dict[tuple, object] = {}  # image shape -> proposals (detect)
 
     @property
     def method(self) -> str:
@@ -330,6 +332,7 @@ class Explainer:
         """
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ArgumentError(f"k={k!r} must be a positive integer")
+        self._check_bound([None])
         images = _inputs.as_images(images)
         key = self._traced.signature(images.shape[1:])
         k = min(int(k), self._num_classes(key, self.output))
@@ -341,6 +344,7 @@ class Explainer:
     def explain_classes(self, images, classes: Sequence[int]) -> list[Explanation]:
         """The same ``classes`` for every image, in that order, from one forward pass:
         one :class:`Explanation` per class."""
+        self._check_bound([None])
         images = _inputs.as_images(images)
         key = self._traced.signature(images.shape[1:])
         columns = [_inputs.as_targets(int(c) if isinstance(c, (int, np.integer)) else c,
@@ -382,13 +386,26 @@ class Explainer:
         return (np.concatenate([scores.numpy() for scores, _ in parts]),
                 np.concatenate([probabilities.numpy() for _, probabilities in parts]))
 
-    def report_for(self, image_shape: tuple) -> _graph.Report:
+    def report_for(self, image_shape: tuple, targets: Sequence | None = None
+                   ) -> _graph.Report:
         """The report for images of ``(H, W, C)`` ``image_shape``, tracing once for it.
 
+        Args:
+            image_shape: The images' shape.
+            targets: Targets (:data:`TargetLike`, one per column, as :meth:`explain_targets`
+                takes them) whose pass's report is wanted: their class activation maps'
+                layer may not be a class's (a detection's is the last feature map its
+                proposals share). ``None``: the signature's first report.
+
         Raises:
-            ArgumentError: The model cannot take images of that shape.
+            ArgumentError: The model cannot take images of that shape, or bad targets.
         """
-        return self._report_for(self._traced.signature(tuple(image_shape)))
+        key = self._traced.signature(tuple(image_shape))
+        if targets is None:
+            return self._report_for(key)
+        images = np.zeros((1, *image_shape), np.float32)
+        columns = self._columns_of(key, images, list(targets))
+        return self._traced.pass_report(key, self._runs.clean, columns.specs)
 
     @property
     def report(self) -> _graph.Report:
@@ -426,6 +443,47 @@ class Explainer:
             raise ArgumentError("the model declares no input shape: give image_shape")
         return self._reads_a_value(self._traced.signature(tuple(shape)))
 
+    def detector(self, image_shape: tuple | None = None) -> detect.DetectorInfo:
+        """How a :class:`~guidedbp.engine.targets.Detection` target reads the model (the
+        explainer's ``output``): its boxes and class scores outputs, proposals and classes.
+
+        Args:
+            image_shape: ``(H, W, C)`` of the images; ``None``: the model's declared one.
+
+        Raises:
+            ArgumentError: (``NotADetector``) a model whose outputs hold no boxes and
+                class scores, in one line; no ``image_shape`` for a model that declares
+                none.
+        """
+        shape = image_shape if image_shape is not None else self.image_shape
+        if shape is None:
+            raise ArgumentError("the model declares no input shape: give image_shape")
+        return detect.detector(self.model, tuple(shape), self.output)
+
+    def detect(self, images, top: int, threshold: float = 0.3) -> list[detect.Detected]:
+        """Each image's ``top`` best detections (fewer where it has fewer), best first:
+        its proposals (as a :class:`~guidedbp.engine.targets.Detection` reads them) whose
+        class score is at least ``threshold``, after per-class greedy non-maximum
+        suppression at IoU 0.5 (:func:`~guidedbp.engine.detect.suppress`). Forward only,
+        in float32, ``batch_size`` images a pass, traced once per image shape.
+
+        Raises:
+            ArgumentError: ``top`` or ``threshold`` out of range, or (``NotADetector``) a
+                model that is no detector.
+        """
+        if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
+            raise ArgumentError(f"top={top!r} must be a positive integer")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.number)) \
+                or not 0 <= threshold <= 1:
+            raise ArgumentError(f"threshold={threshold!r} must be a number in [0, 1]")
+        images = _inputs.as_images(images)
+        shape = tuple(int(side) for side in images.shape[1:])
+        self._traced.signature(shape)  # the model can take them: checked as for maps
+        if shape not in self._detectors:
+            self._detectors[shape] = detect.proposals_function(self.model, shape, self.output)
+        return detect.detections(self._detectors[shape], images, int(top), float(threshold),
+                                 self.batch_size)
+
     def check_memory(self, image_shape: tuple, columns: int = 1, methods: tuple = (),
                      batch: int | None = None) -> None:
         """Refuse at once a batch whose images and maps alone would not fit in the free
@@ -442,9 +500,19 @@ class Explainer:
 
     # -- dispatching to the runners ---------------------------------------------------
 
+    def _check_bound(self, targets: Sequence) -> None:
+        """Refuse, before anything is traced or run, a method bound to detections
+        (D-RISE) for ``targets`` (:data:`TargetLike`) that are not all detections."""
+        found = [as_target(target) for target in targets]
+        registry.check_targets(
+            self.methods, [target.kind if target is not None else "class" for target in found],
+            lambda index: (f"target {found[index].label}" if found[index] is not None
+                           else "a class target"))
+
     def _columns_of(self, key: tuple, images: np.ndarray, targets: list) -> Columns:
         """The columns of ``targets`` (see :data:`TargetLike`) for ``images``; ``None``
         alone on an output that is a value (:meth:`reads_a_value`): ``Unit(0)``."""
+        self._check_bound(targets)
         if len(targets) == 1 and targets[0] is None and self._reads_a_value(key):
             if ("value", key) not in self._warned:  # once per signature, as NoReluWarning
                 self._warned.add(("value", key))

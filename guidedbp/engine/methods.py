@@ -56,6 +56,11 @@ RUNNERS = (GRADIENT, PERTURBATION, PATH_INTEGRATED, NOISE_STATISTIC)
 #: ``mean``, or their population ``variance`` (computed in float64, two-pass).
 STATISTICS = ("mean", "variance")
 
+#: The target kinds a method may be bound to (:attr:`Method.target`): ``detection``, a
+#: detector's detection (:class:`~guidedbp.engine.targets.Detection`).
+DETECTION = "detection"
+TARGET_KINDS = (DETECTION,)
+
 #: The version of the methods' maths, recorded in every manifest record (``made_by``):
 #: bump it with a change that makes any method's maps differ (not with each release), so
 #: that ``--skip-existing`` recomputes the maps an earlier version made.
@@ -99,6 +104,10 @@ class Probe(Protocol):
     def sobol(self) -> object:
         """Each grid cell's total-order Sobol index."""
 
+    def drise(self) -> object:
+        """RISE's estimate on D-RISE's grid: the detection similarity of random masked
+        copies, weighted by each mask per pixel."""
+
 
 @dataclass(frozen=True)
 class Method:
@@ -130,6 +139,9 @@ class Method:
             function, or ``(N, K, H, W, 1)`` from a :class:`Probe`.
         statistic: What the ``noise-statistic`` runner keeps of its maps over the noisy
             copies (one of :data:`STATISTICS`); the other runners ignore it.
+        target: The only kind of target it explains (one of :data:`TARGET_KINDS`:
+            ``detection``, D-RISE's), refused with any other before any pass; ``None``:
+            any target. ``all`` selects it only where every target is of that kind.
     """
 
     name: str
@@ -142,10 +154,13 @@ class Method:
     signed: bool = True
     options: tuple[str, ...] = ()
     statistic: str = "mean"
+    target: str | None = None
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
             raise ValueError(f"runner={self.runner!r} is not one of {', '.join(RUNNERS)}")
+        if self.target is not None and self.target not in TARGET_KINDS:
+            raise ValueError(f"target={self.target!r} is not one of {', '.join(TARGET_KINDS)}")
         if self.statistic not in STATISTICS:
             raise ValueError(f"statistic={self.statistic!r} is not one of "
                              f"{', '.join(STATISTICS)}")
@@ -229,6 +244,10 @@ def _sobol(probe: Probe):
     return probe.sobol()
 
 
+def _drise(probe: Probe):
+    return probe.drise()
+
+
 _REGISTRY = (
     Method("guided", "guided backpropagation", "Springenberg et al. 2015", "guided",
            _input_gradient),
@@ -264,6 +283,10 @@ _REGISTRY = (
     Method("sobol", "Sobol: total-order Sobol indices of grid cells' masks",
            "Fel et al. 2021", None, _sobol, runner=PERTURBATION, signed=False,
            options=("blackbox", "occlusion")),
+    Method("drise", "D-RISE: RISE on a detection's similarity (IoU x class score), 16x16 "
+           "masks; Detection targets only", "Petsiuk et al. 2021", None, _drise,
+           runner=PERTURBATION, signed=False, options=("blackbox", "occlusion"),
+           target=DETECTION),
     Method("integrated-gradients", "gradient integrated along a path from a baseline",
            "Sundararajan et al. 2017", "plain", _input_gradient, runner=PATH_INTEGRATED,
            options=("integrated_gradients",)),
@@ -309,15 +332,23 @@ def method(name: str) -> Method:
                             + (f" ({hint})" if hint else "")) from None
 
 
-def as_methods(methods) -> tuple[str, ...]:
+def as_methods(methods, detection: bool = False) -> tuple[str, ...]:
     """``"guided"``, ``"guided,gradcam"``, ``"all"`` or a sequence -> known names, in order.
+
+    ``"all"`` is every method that explains any target, and with ``detection`` (every
+    target is a detector's detection) also those bound to detections (``drise``): what
+    ``all`` can explain.
+
+    >>> "drise" in as_methods("all"), "drise" in as_methods("all", detection=True)
+    (False, True)
 
     Raises:
         ValueError: For an unknown or empty selection.
     """
     if isinstance(methods, str):
         if methods.strip().lower() == "all":
-            return METHODS
+            return tuple(name for name in METHODS if REGISTRY[name].target is None
+                         or (detection and REGISTRY[name].target == DETECTION))
         methods = methods.split(",")
     names = tuple(dict.fromkeys(str(name).strip().lower() for name in methods if str(name).strip()))
     if not names:
@@ -325,6 +356,39 @@ def as_methods(methods) -> tuple[str, ...]:
     for name in names:
         method(name)
     return names
+
+
+def check_targets(methods, kinds, described: Callable[[int], str]) -> None:
+    """Refuse, before any pass, a method bound to one kind of target (:attr:`Method.target`:
+    D-RISE to detections) with a target of another kind.
+
+    Args:
+        methods: Method names.
+        kinds: The kind of each target (the engine's column kinds: ``class``, ``unit``,
+            ``detection``...).
+        described: Target ``index`` -> how the message names it.
+
+    Raises:
+        ArgumentError: One line naming the method, the target that is no detection, and
+            the target it needs.
+
+    >>> check_targets(("guided", "drise"), ("detection",), str)
+    >>> check_targets(("drise",), ("detection", "class"), lambda index: "class 3")
+    Traceback (most recent call last):
+    ...
+    guidedbp.errors.ArgumentError: method='drise' (D-RISE) explains a detector's detections \
+alone: class 3 is no detection; give it a guidedbp.targets.Detection target
+    """
+    bound = [name for name in methods if method(name).target is not None]
+    for name in bound:
+        other = next((index for index, kind in enumerate(kinds)
+                      if kind != method(name).target), None)
+        if other is not None:
+            raise ArgumentError(
+                f"method={name!r} ({method(name).title.split(':')[0]}) explains a "
+                "detector's detections alone: "
+                f"{described(other)} is no detection; give it a guidedbp.targets.Detection "
+                "target")
 
 
 def swaps_relus(methods) -> bool:

@@ -38,8 +38,9 @@ MAX_STEPS = 1000
 #: Occlusion's patch positions per image at most (64 x 64), one forward pass each:
 #: ``patch=1, stride=1`` on a 224x224 image would be 50176.
 MAX_OCCLUSION_POSITIONS = 4096
-#: The black-box methods' forward passes per image at most (rise's masks, kernelshap's and
-#: lime's samples, sobol's designs times cells + 2), and cells per side of their grid.
+#: The black-box methods' forward passes per image at most (rise's and drise's masks,
+#: kernelshap's and lime's samples, sobol's designs times cells + 2), and cells per side of
+#: their grid.
 MAX_BLACKBOX_PASSES = 100000
 MAX_GRID = 64
 #: The regions KernelSHAP and LIME hide: the grid's cells, or SLIC superpixels
@@ -227,7 +228,7 @@ class OcclusionOptions:
                 "of the patch].",
         "metavar": "PX", "integer": True, "min": 1})
     fill: float = field(default=127.5, metadata={
-        "help": "Occlusion, rise, kernelshap, lime, sobol: the pixel value (0-255, every "
+        "help": "Occlusion, rise, drise, kernelshap, lime, sobol: the pixel value (0-255, every "
                 "channel) of what they hide, preprocessed like the images.",
         "metavar": "PIXEL", "min": 0.0, "max": 255.0})
 
@@ -246,8 +247,9 @@ class OcclusionOptions:
 
 @dataclass(frozen=True)
 class BlackBoxOptions:
-    """The black-box methods: RISE (Petsiuk et al. 2018), KernelSHAP (Lundberg & Lee 2017),
-    LIME (Ribeiro et al. 2016) and Sobol indices (Fel et al. 2021).
+    """The black-box methods: RISE (Petsiuk et al. 2018), D-RISE (Petsiuk et al. 2021),
+    KernelSHAP (Lundberg & Lee 2017), LIME (Ribeiro et al. 2016) and Sobol indices (Fel et
+    al. 2021).
 
     Each scores the images with regions hidden (set to occlusion's ``fill``), forward
     only; the regions are the cells of a ``grid`` x ``grid`` grid. The random draws (RISE's
@@ -258,10 +260,11 @@ class BlackBoxOptions:
     Attributes:
         grid: Cells per side of the grid: RISE's low-resolution masks, Sobol's masks,
             KernelSHAP's and LIME's superpixels, at most the images' shorter side.
-            ``None``: 7 for RISE (the paper's and Xplique's), 8 for the others (Xplique's
-            Sobol grid), or the shorter side if less.
-        masks: RISE's random masks per image, one forward pass each.
-        keep_probability: RISE: the probability that a cell is kept, in ``(0, 1]``.
+            ``None``: 7 for RISE (the paper's and Xplique's), 16 for D-RISE (its paper's),
+            8 for the others (Xplique's Sobol grid), or the shorter side if less.
+        masks: RISE's and D-RISE's random masks per image, one forward pass each (D-RISE's
+            paper: 5000).
+        keep_probability: RISE, D-RISE: the probability that a cell is kept, in ``(0, 1]``.
         samples: KernelSHAP's and LIME's coalitions per image, one forward pass each
             (KernelSHAP adds two: no superpixel and all).
         designs: Sobol's quasi-Monte Carlo designs; each costs ``grid ** 2 + 2``
@@ -272,15 +275,17 @@ class BlackBoxOptions:
     """
 
     grid: int | None = field(default=None, metadata={
-        "help": "rise, sobol, kernelshap, lime: cells per side of the grid whose cells they "
-                "hide (rise's random masks, sobol's masks, the superpixels) [default: 7 for "
-                "rise, 8 for the others, or the images' shorter side if less].",
+        "help": "rise, drise, sobol, kernelshap, lime: cells per side of the grid whose cells "
+                "they hide (rise's and drise's random masks, sobol's masks, the superpixels) "
+                "[default: 7 for rise, 16 for drise, 8 for the others, or the images' shorter "
+                "side if less].",
         "metavar": "N", "integer": True, "min": 1, "max": MAX_GRID})
     masks: int = field(default=100, metadata={
-        "help": "rise: random masks per image, one forward pass each.",
+        "help": "rise, drise: random masks per image, one forward pass each.",
         "metavar": "N", "min": 1, "max": MAX_BLACKBOX_PASSES})
     keep_probability: float = field(default=0.5, metadata={
-        "help": "rise: the probability that a grid cell is kept (not hidden), in (0, 1].",
+        "help": "rise, drise: the probability that a grid cell is kept (not hidden), in "
+                "(0, 1].",
         "metavar": "P", "min": 0.0, "max": 1.0})
     samples: int = field(default=256, metadata={
         "help": "kernelshap, lime: coalitions of superpixels scored per image, one forward "

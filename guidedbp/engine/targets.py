@@ -19,6 +19,9 @@ watch it move). Several targets share one forward pass
 - :class:`Detection` ``(box, label=None)``: a detector's detection that best matches
   ``box``: ``max_j IoU(box, box_j) * p_j[label]`` over the model's proposals (D-RISE's
   similarity; Petsiuk et al., CVPR 2021).
+- :class:`Text` ``(prompt, contrast=())``: for a two-tower model (CLIP, SigLIP), the
+  cosine similarity between the image's embedding and a text prompt's, or the prompt's
+  zero-shot log-probability against ``contrast`` prompts.
 
 Each names the ``output`` it reads (a name or an index) where the model has several;
 ``None`` reads the explainer's ``output=``. Like a class, a target is fixed on the clean
@@ -39,7 +42,7 @@ import numpy as np
 
 from guidedbp.errors import ArgumentError
 
-__all__ = ["Class", "Detection", "Region", "Score", "Similarity", "Target", "Unit",
+__all__ = ["Class", "Detection", "Region", "Score", "Similarity", "Target", "Text", "Unit",
            "as_target"]
 
 #: An output of a multi-output model: its name, or its index.
@@ -50,7 +53,8 @@ class Target:
     """What every method explains: one score per image, read off the model's output.
 
     Attributes:
-        kind: ``"class"``, ``"unit"``, ``"region"``, ``"similar"`` or ``"score"``.
+        kind: ``"class"``, ``"unit"``, ``"region"``, ``"similar"``, ``"score"``,
+            ``"detection"`` or ``"text"``.
         output: The output it reads (a name or an index), or ``None`` for the
             explainer's.
     """
@@ -226,6 +230,11 @@ class Score(Target):
 #: How :class:`Detection` boxes may be written: corners ``(x0, y0, x1, y1)``, the same
 #: as rows first ``(y0, x0, y1, x1)``, or a corner and the size ``(x0, y0, width, height)``.
 BOX_FORMATS = ("xyxy", "yxyx", "xywh")
+#: How a detector's boxes output may be written (Keras' bounding box formats): in input
+#: pixels, or ``rel_`` relative to the input's width and height (``center_``: the centre
+#: and the size).
+BOXES_FORMATS = ("xyxy", "yxyx", "xywh", "center_xywh", "center_yxhw", "rel_xyxy",
+                 "rel_yxyx", "rel_xywh", "rel_center_xywh", "rel_center_yxhw")
 
 
 @dataclass(frozen=True, eq=False, init=False)
@@ -242,10 +251,11 @@ class Detection(Target):
 
     The detector is read from its outputs: a keras-hub ``RetinaNetObjectDetector`` or
     ``DFineObjectDetector`` (their raw outputs decoded to boxes, their logits through a
-    sigmoid), or a model with a boxes output ``(B, N, 4)`` in input pixels
-    (``box_format``) and a class scores output ``(B, N, C)`` (probabilities behind a
-    sigmoid or softmax; raw logits go through a sigmoid), found by their names
-    (``boxes``/``scores``, ...) or shapes, or named by ``boxes=`` and ``scores=``.
+    sigmoid), or a model with a boxes output ``(B, N, 4)`` in input pixels or relative
+    to the input (``boxes_format``) and a class scores output ``(B, N, C)``
+    (probabilities behind a sigmoid or softmax; raw logits go through a sigmoid), found
+    by their names (``boxes``/``scores``, ...) or shapes, or named by ``boxes=`` and
+    ``scores=``.
 
     Args:
         box: The box, ``(4,)``, or one per image ``(N, 4)``, in ``box_format``, in the
@@ -254,7 +264,8 @@ class Detection(Target):
         label: The class (an index, or a name where the model has class names); ``None``:
             the class of the proposal that best matches the box on the clean image.
         score_weight: The exponent of the class score (1: D-RISE's; 0: the IoU alone).
-        box_format: One of :data:`BOX_FORMATS`.
+        box_format: How ``box`` is written, one of :data:`BOX_FORMATS` (the model's
+            boxes output is read in ``boxes_format``).
         image_size: ``(height, width)`` the box's pixels belong to, or ``None``: the
             model's input.
         threshold: Below this class score or an IoU of 0.5, the matched proposal is no
@@ -262,6 +273,11 @@ class Detection(Target):
         boxes: The output holding the boxes (a name or index), where it cannot be found.
         scores: The output holding the class scores, likewise.
         name: How it is labelled (``det:NAME``); else ``box:X0,Y0,X1,Y1[:LABEL]``.
+        output: The output the detector's outputs are read from, where the model has
+            several heads of which one is the detector (rarely needed).
+        boxes_format: How a plain model's boxes output is written, one of
+            :data:`BOXES_FORMATS` (``rel_``: relative to the input's width and height);
+            keras-hub's detectors are decoded as their own decoders do whatever it is.
     """
 
     box: np.ndarray
@@ -274,19 +290,21 @@ class Detection(Target):
     scores: OutputName
     name: str | None
     output: OutputName
+    boxes_format: str
     kind = "detection"
 
     def __init__(self, box, label: int | str | None = None, score_weight: float = 1.0,
                  box_format: str = "xyxy", image_size: tuple[int, int] | None = None,
                  threshold: float = 0.3, boxes: OutputName = None, scores: OutputName = None,
-                 name: str | None = None, output: OutputName = None):
+                 name: str | None = None, output: OutputName = None,
+                 boxes_format: str = "xyxy"):
         # ``label`` is every target's name in files and panels: the class is kept as
         # class_label.
         for field_name, value in (("box", box), ("class_label", label),
                                   ("score_weight", score_weight), ("box_format", box_format),
                                   ("image_size", image_size), ("threshold", threshold),
                                   ("boxes", boxes), ("scores", scores), ("name", name),
-                                  ("output", output)):
+                                  ("output", output), ("boxes_format", boxes_format)):
             object.__setattr__(self, field_name, value)
         self.__post_init__()
 
@@ -294,6 +312,9 @@ class Detection(Target):
         if self.box_format not in BOX_FORMATS:
             raise ArgumentError(f"box_format={self.box_format!r} is not one of "
                                 f"{', '.join(BOX_FORMATS)}")
+        if self.boxes_format not in BOXES_FORMATS:
+            raise ArgumentError(f"boxes_format={self.boxes_format!r} is not one of "
+                                f"{', '.join(BOXES_FORMATS)}")
         try:
             box = np.asarray(self.box, dtype=np.float64)
         except (TypeError, ValueError):
@@ -409,3 +430,154 @@ def as_target(target) -> Target | None:
     if callable(target) and not isinstance(target, (np.ndarray, type)):
         return Score(target)
     return None
+
+
+#: The zero-shot logit scale of a model that has none (CLIP's trained value, ``exp(4.6052)``).
+DEFAULT_TEXT_SCALE = 100.0
+
+
+@dataclass(frozen=True, eq=False)
+class Text(Target):
+    """How well the image matches a text prompt, for a two-tower model (CLIP, SigLIP).
+
+    The image tower is explained; the text tower embeds the prompts once, with no
+    gradient. With no ``contrast``, the score is the cosine similarity between the image's
+    embedding and the prompt's (a :class:`Similarity` to the prompt's embedding). With
+    ``contrast``, it is the prompt's zero-shot log-probability against the other prompts
+    (Radford et al., *Learning transferable visual models from natural language
+    supervision*, ICML 2021): ``log_softmax(scale * cos)[0]`` over ``[prompt, *contrast]``,
+    ``scale`` the model's learned logit scale (``exp(logit_scale)``: CLIP's, SigLIP's;
+    SigLIP's bias changes no softmax), :data:`DEFAULT_TEXT_SCALE` for a model that has
+    none. A prompt may be an ensemble, a sequence of prompts: its embedding is the mean of
+    their unit embeddings, renormalised (CLIP's prompt ensembling); so may each contrast.
+
+    :class:`guidedbp.Explainer` embeds the prompts with the model's text tower and
+    tokenizer; the engine takes a target already embedded (:meth:`embedded`).
+
+    Args:
+        prompt: The text, or a sequence of texts (an ensemble).
+        contrast: Other prompts (each a text or an ensemble): the zero-shot classes the
+            prompt is scored against; a text alone is one prompt.
+        output: The output read, where the model has several.
+        name: How it is labelled (``text:NAME``); else ``text:PROMPT`` (an ensemble's
+            prompts joined by ``|``).
+    """
+
+    prompt: str | tuple[str, ...]
+    contrast: tuple = ()
+    output: OutputName = None
+    name: str | None = None
+    kind = "text"
+
+    def __post_init__(self):
+        prompts = _prompts(self.prompt, "Text prompt")
+        object.__setattr__(self, "prompt", self.prompt if isinstance(self.prompt, str)
+                           else prompts)
+        contrast = (self.contrast,) if isinstance(self.contrast, str) else self.contrast
+        if not isinstance(contrast, (list, tuple)):
+            raise ArgumentError(f"Text contrast must be prompts (a sequence of texts), got "
+                                f"{type(self.contrast).__name__}")
+        groups = tuple(item if isinstance(item, str) and _prompts(item, "Text contrast")
+                       else _prompts(item, "Text contrast") for item in contrast)
+        seen = [self.prompts, *(_group(item) for item in groups)]
+        for index, group in enumerate(seen):
+            if group in seen[:index]:
+                raise ArgumentError(f"Text contrast repeats the prompt {_shown(group[0])}: each "
+                                    "prompt is one zero-shot class")
+        object.__setattr__(self, "contrast", groups)
+        _check_output(self.output)
+        if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()):
+            raise ArgumentError(f"Text name={self.name!r} must be a non-empty text")
+
+    @property
+    def prompts(self) -> tuple[str, ...]:
+        """The prompt as an ensemble: one text or several."""
+        return _group(self.prompt)
+
+    @property
+    def groups(self) -> tuple[tuple[str, ...], ...]:
+        """The prompt's ensemble, then each contrast's: one row of :attr:`vectors` each."""
+        return (self.prompts, *(_group(item) for item in self.contrast))
+
+    @property
+    def vectors(self) -> np.ndarray | None:
+        """float32 ``(1 + len(contrast), D)``: the unit embeddings of :attr:`groups`, once
+        :meth:`embedded`; else ``None``."""
+        return getattr(self, "_vectors", None)
+
+    @property
+    def scale(self) -> float:
+        """The zero-shot logit scale, once :meth:`embedded`; else :data:`DEFAULT_TEXT_SCALE`."""
+        return getattr(self, "_scale", DEFAULT_TEXT_SCALE)
+
+    def embedded(self, vectors, scale: float | None = None) -> Text:
+        """This target with its prompts' embeddings: ``vectors`` ``(len(groups), D)``, one
+        row per group (normalised here), and the model's logit ``scale`` (``None``:
+        :data:`DEFAULT_TEXT_SCALE`).
+
+        Raises:
+            ArgumentError: Another number of rows, or a row that is zero or not finite.
+        """
+        import copy
+
+        rows = np.asarray(vectors, np.float64)
+        if rows.ndim != 2 or len(rows) != len(self.groups) or rows.shape[1] == 0:
+            raise ArgumentError(f"Text embeddings must be ({len(self.groups)}, size): one row "
+                                f"per prompt and contrast, got shape {rows.shape}")
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        if not np.isfinite(rows).all() or not (norms > 0).all():
+            raise ArgumentError(f"the text embedding of {self.short_label} is zero or not finite")
+        scale = DEFAULT_TEXT_SCALE if scale is None else float(scale)
+        if not (np.isfinite(scale) and scale > 0):
+            raise ArgumentError(f"Text scale={scale!r} must be a positive number")
+        twin = copy.copy(self)
+        object.__setattr__(twin, "_vectors", (rows / norms).astype(np.float32))
+        object.__setattr__(twin, "_scale", scale)
+        return twin
+
+    @property
+    def label(self) -> str:
+        return f"text:{self.name or '|'.join(self.prompts)}"
+
+    @property
+    def short_label(self) -> str:
+        """:attr:`label` as messages name it: a prompt past 40 characters cut
+        (``text:a photo of...``), so that a huge prompt is named, not copied whole.
+
+        >>> Text("a cat").short_label, Text("word " * 20_000).short_label
+        ('text:a cat', 'text:word word word word word word word word ...')
+        """
+        shown = self.name or "|".join(self.prompts)
+        return f"text:{shown}" if len(shown) <= 40 else f"text:{shown[:40]}..."
+
+
+def _group(prompt) -> tuple[str, ...]:
+    return (prompt,) if isinstance(prompt, str) else tuple(prompt)
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """``text`` quoted for a message, cut to ``limit`` characters."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _prompts(value, what: str) -> tuple[str, ...]:
+    """``value`` (a text or a sequence of texts) as texts, each checked.
+
+    Raises:
+        ArgumentError: No text, an empty or blank one, or something that is not a text.
+    """
+    if isinstance(value, str):
+        items = (value,)
+    elif isinstance(value, (list, tuple)):
+        items = tuple(value)
+        if not items:
+            raise ArgumentError(f"{what} is an empty sequence: give a text or several")
+    else:
+        raise ArgumentError(f"{what} must be a text or a sequence of texts, got "
+                            f"{type(value).__name__}")
+    for item in items:
+        if not isinstance(item, str):
+            raise ArgumentError(f"{what} holds a {type(item).__name__}, not a text")
+        if not item.strip():
+            raise ArgumentError(f"{what} {item!r} is empty: give the words to match")
+    return items

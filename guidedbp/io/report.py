@@ -128,7 +128,7 @@ def _targets(record: dict) -> list[dict]:
 
 #: The target kinds whose ``class`` is a class of the model (the class filter lists them);
 #: a unit's flat index or a similarity has none.
-_CLASS_KINDS = (None, "class", "region")
+_CLASS_KINDS = (None, "class", "region", "box", "detection")
 
 
 def _target_info(target: dict) -> list | None:

@@ -51,9 +51,10 @@ def file_digest(path: str | os.PathLike) -> str:
     return digest.hexdigest()[:DIGEST_LENGTH]
 
 
-def folder_digest(folder: str | os.PathLike) -> str:
-    """The digest of a SavedModel folder: each file's path below it and its bytes, in
-    sorted order."""
+def folder_digest(folder: str | os.PathLike, skip: tuple[str, ...] = ()) -> str:
+    """The digest of a SavedModel folder (or a keras-hub preset's): each file's path below
+    it and its bytes, in sorted order; files whose path is in ``skip`` left out (a
+    preset's ``metadata.json`` says when it was saved)."""
     digest = hashlib.sha256()
     files = []
     for where, folders, names in os.walk(folder):
@@ -61,6 +62,8 @@ def folder_digest(folder: str | os.PathLike) -> str:
         files += [os.path.join(where, name) for name in names]
     for path in sorted(files, key=lambda path: os.path.relpath(path, folder)):
         relative = os.path.relpath(path, folder).replace(os.sep, "/")
+        if relative in skip:
+            continue
         digest.update(f"{relative}\0{os.path.getsize(path)}\0".encode("utf-8", "surrogateescape"))
         with open(path, "rb") as handle:
             _update(digest, handle)

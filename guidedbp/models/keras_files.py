@@ -52,6 +52,9 @@ def load_keras_file(
 
     import keras
 
+    # guidedbp's own layers (the bundled detector's GridBoxes), known to every file.
+    import guidedbp.models.layers  # noqa: F401
+
     if file_format == "keras" and not _zip_is_whole(spec):
         raise ModelLoadError(f"{spec!r} is truncated or corrupt: not a readable .keras archive")
     try:

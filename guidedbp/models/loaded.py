@@ -14,6 +14,7 @@ from guidedbp.caveats import NO_RESCALING, UNTRAINED_WEIGHTS, Caveat
 from guidedbp.errors import ModelLoadError
 from guidedbp.models.preprocess import PREPROCESS_MODES
 from guidedbp.models.scaling import rescales_itself
+from guidedbp.models.two_tower import TextTower, is_two_tower, split
 
 __all__ = [
     "DEFAULT_FILE_PREPROCESS",
@@ -63,6 +64,9 @@ class LoadedModel:
         labels: Class names, or ``None``.
         labels_source: Where the names come from.
         notes: Things a user should know before trusting a map.
+        text: A two-tower model's text tower (:class:`~guidedbp.models.two_tower.TextTower`,
+            which embeds :class:`~guidedbp.targets.Text` prompts), ``model`` being its
+            image tower; ``None`` for a model with no text tower.
     """
 
     model: object
@@ -74,10 +78,13 @@ class LoadedModel:
     labels: list[str] | None = None
     labels_source: str = "none (class indices only)"
     notes: list[str] = field(default_factory=list)
+    text: TextTower | None = None
 
     @classmethod
     def from_keras(cls, model, file_format: str, source: str) -> LoadedModel:
-        """Wrap a ``keras.Model`` (or any callable) that takes one ``(N, H, W, C)`` input.
+        """Wrap a ``keras.Model`` (or any callable) that takes one ``(N, H, W, C)`` input,
+        or a two-tower model (:func:`~guidedbp.models.two_tower.is_two_tower`: CLIP,
+        SigLIP), whose image tower it wraps, its text tower kept as :attr:`text`.
 
         Args:
             model: The model; used as is, never copied or changed.
@@ -95,6 +102,9 @@ class LoadedModel:
                 non-float input (no gradient reaches integer pixels) or an input larger
                 than :data:`MAX_INPUT_ELEMENTS`.
         """
+        text = None
+        if is_two_tower(model):  # CLIP, SigLIP: the image tower is explained
+            model, text = split(model)
         try:
             inputs = model.inputs
         except (AttributeError, ValueError):
@@ -118,6 +128,7 @@ class LoadedModel:
             input_shape=shape,
             preprocess=DEFAULT_FILE_PREPROCESS,
             preprocess_source=FILE_PREPROCESS_SOURCE,
+            text=text,
         )
         if file_format != "keras-application":
             loaded.note_scaling(rescales_itself(model))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from guidedbp._files import regular_file
 from guidedbp._text import one_line
-from guidedbp.errors import GuidedbpError, ModelLoadError
+from guidedbp.errors import ArgumentError, GuidedbpError, ModelLoadError
 from guidedbp.models import labels as labels_module
 from guidedbp.models.applications import WEIGHTS_CHOICES, load_application
 from guidedbp.models.frozen import FrozenGraph, constant_to_placeholder
@@ -30,10 +30,12 @@ from guidedbp.models.loaded import (
     LoadedModel,
 )
 from guidedbp.models.preprocess import PREPROCESS_MODES
+from guidedbp.models.presets import is_preset, load_preset
 from guidedbp.models.savedmodel import is_saved_model, load_saved_model
 
 __all__ = [
     "DEFAULT_FILE_PREPROCESS",
+    "DEMO_DET_SPEC",
     "DEMO_SEG_SPEC",
     "DEMO_SILU_SPEC",
     "DEMO_SPEC",
@@ -60,9 +62,16 @@ DEMO_SILU_SPEC = "demo-silu"
 #: (``python -m guidedbp.demo.train_seg``); explain it with a ``Region`` target.
 DEMO_SEG_SPEC = "demo-seg"
 
+#: The model spec of the bundled shapes detector: a dict of ``"boxes"`` ``(batch, 144, 4)``
+#: (``x0, y0, x1, y1`` in input pixels) and ``"scores"`` ``(batch, 144, 6)`` (sigmoid
+#: probabilities of the six shapes), one proposal per 8x8-pixel cell
+#: (``python -m guidedbp.demo.train_det``).
+DEMO_DET_SPEC = "demo-det"
+
 #: Each bundled model's spec and the stem of its files in ``guidedbp/demo/data/``
 #: (``STEM.keras`` and ``STEM_labels.txt``).
-DEMO_SPECS = {DEMO_SPEC: "shapes", DEMO_SILU_SPEC: "shapes_silu", DEMO_SEG_SPEC: "shapes_seg"}
+DEMO_SPECS = {DEMO_SPEC: "shapes", DEMO_SILU_SPEC: "shapes_silu", DEMO_SEG_SPEC: "shapes_seg",
+              DEMO_DET_SPEC: "shapes_det"}
 
 
 def load_model(
@@ -76,13 +85,17 @@ def load_model(
     custom_objects: str | None = None,
     preprocess: str | None = None,
     labels: str | os.PathLike | None = None,
+    tokenizer=None,
 ) -> LoadedModel:
     """Load a model from a spec: a path, a SavedModel folder or ``keras:NAME``.
 
     Args:
-        spec: ``model.keras``, ``model.h5``, a SavedModel directory, ``keras:NAME``
+        spec: ``model.keras``, ``model.h5``, a SavedModel directory, a keras-hub preset
+            folder (``save_to_preset``: a two-tower CLIP or SigLIP gets its tokenizer
+            there), ``keras:NAME``
             (any ``keras.applications`` model, case-insensitive), ``"demo"`` (or
-            ``"demo-silu"``, ``"demo-seg"``), a ``keras.Model`` or a :class:`LoadedModel`.
+            ``"demo-silu"``, ``"demo-seg"``, ``"demo-det"``), a ``keras.Model`` or a
+            :class:`LoadedModel`.
         signature: SavedModel signature to explain.
         input_key: The signature input holding the image, where it has several.
         output_key: The SavedModel signature output to explain; without it, every
@@ -96,6 +109,11 @@ def load_model(
             loader may use.
         preprocess: Override the preprocessing mode.
         labels: A labels file (text, JSON list or index->name JSON object).
+        tokenizer: For a two-tower model (a keras-hub ``CLIPBackbone`` or
+            ``SigLIPBackbone``), the tokenizer of its text prompts, in place of the one
+            its preset folder or task holds: a keras-hub tokenizer or preprocessor, a
+            preset folder holding ``tokenizer.json``, or a callable ``prompts -> token
+            ids``.
 
     Returns:
         The :class:`LoadedModel`.
@@ -155,6 +173,15 @@ def load_model(
         except (OSError, ValueError) as error:
             raise ModelLoadError(one_line(error, limit=200)) from error
         loaded.labels_source = os.fspath(labels)
+    if tokenizer is not None:
+        if loaded.text is None:
+            raise ModelLoadError(f"tokenizer= applies to a two-tower model (a keras-hub "
+                                 f"CLIPBackbone or SigLIPBackbone); {loaded.source!r} has no "
+                                 "text tower")
+        try:
+            loaded.text = loaded.text.with_tokenizer(tokenizer)
+        except ArgumentError as error:
+            raise ModelLoadError(str(error)) from None
     return loaded
 
 
@@ -188,9 +215,10 @@ def check_model_path(spec: str) -> None:
         # a FIFO or device would block the reads below: refuse it unopened
         regular_file(spec, "model", directory_ok=True)
         if path.is_dir():
-            if not is_saved_model(path):
+            if not is_saved_model(path) and not is_preset(path):
                 raise ModelLoadError(
-                    f"{spec!r} is a directory but not a SavedModel (it has no saved_model.pb)"
+                    f"{spec!r} is a directory but not a SavedModel (it has no saved_model.pb) "
+                    "nor a keras-hub preset (no config.json and metadata.json)"
                 )
             if not os.access(spec, os.R_OK | os.X_OK):
                 raise PermissionError(13, "Permission denied")
@@ -205,8 +233,11 @@ def check_model_path(spec: str) -> None:
 
 
 def _load_path(spec: str, signature, input_key, output_key, unsafe, custom_objects):
-    """A file or folder: a SavedModel folder, else a Keras file."""
+    """A file or folder: a SavedModel folder, a keras-hub preset folder, else a Keras
+    file."""
     check_model_path(spec)
+    if os.path.isdir(spec) and not is_saved_model(spec):
+        return load_preset(spec)
     if os.path.isdir(spec):
         return load_saved_model(spec, signature, input_key, output_key, unsafe)
     return load_keras_file(spec, unsafe, custom_objects)

@@ -285,6 +285,34 @@ class Placement:
                    out=out[o_top:o_bottom, o_left:o_right, :])
         return out[..., 0] if flat else out
 
+    def box_to_input(self, box) -> np.ndarray:
+        """A box of the original image as the model input has it: float64 corners
+        ``(x0, y0, x1, y1)`` (x right, y down, in pixel edges: ``(0, 0, W0, H0)`` is the
+        whole original) scaled as :func:`fit` scaled the image, then moved by its window
+        (``"crop"`` cuts, ``"pad"`` shifts). Not clipped: a box may reach past the input.
+
+        >>> _, placement = fit(np.zeros((100, 200, 3), np.uint8), (50, 50), "pad")
+        >>> placement.box_to_input([0, 0, 200, 100]).tolist()  # the whole image: 13 px pad
+        [0.0, 12.0, 50.0, 37.0]
+        >>> placement.box_to_original(placement.box_to_input([20, 10, 60, 90])).tolist()
+        [20.0, 10.0, 60.0, 90.0]
+        """
+        corners = np.asarray(box, np.float64).reshape(4)
+        (original_h, original_w), (scaled_h, scaled_w) = self.original_size, self.scaled_size
+        top, left = self.box[0], self.box[1]
+        scale = np.array([scaled_w / original_w, scaled_h / original_h] * 2)
+        return corners * scale - np.array([left, top, left, top], np.float64)
+
+    def box_to_original(self, box) -> np.ndarray:
+        """The inverse of :meth:`box_to_input`: a box of the model input, float64 corners
+        ``(x0, y0, x1, y1)``, in the original image's pixels (e.g. what a detector found,
+        to draw it on the original)."""
+        corners = np.asarray(box, np.float64).reshape(4)
+        (original_h, original_w), (scaled_h, scaled_w) = self.original_size, self.scaled_size
+        top, left = self.box[0], self.box[1]
+        scale = np.array([original_w / scaled_w, original_h / scaled_h] * 2)
+        return (corners + np.array([left, top, left, top], np.float64)) * scale
+
 
 def shown_size(size: tuple[int, int], max_side: int = MAX_SHOWN_SIDE) -> tuple[int, int]:
     """``size`` (height, width) scaled down to ``max_side`` on its longer side, aspect kept.

@@ -1,5 +1,6 @@
 """What a target's panels show beside its maps: a region outlined on the picture, a
-similarity's reference picture, and the region's size in the picture's pixels.
+similarity's reference picture, the region's size in the picture's pixels, and a
+detection's boxes (the target's, and the proposal it matched) on the picture and maps.
 
 A region target's region is the user's mask (``--mask-dir``, at the model's input) or
 else the model's own region, found at the output's resolution (``(H', W')``, often
@@ -17,6 +18,7 @@ from PIL import Image
 
 from guidedbp.models.preprocess import resize_picture
 from guidedbp.pipeline.masks import reference_picture
+from guidedbp.render import MATCHED_BOX, Box
 
 
 @dataclass(frozen=True)
@@ -28,10 +30,13 @@ class Beside:
             else ``None``.
         reference: A similarity's reference picture, ``uint8``, as tall as the maps;
             else ``None``.
+        boxes: A detection target's boxes on the shown picture (and over each map): its
+            own, then the proposal it matched (dashed); else empty.
     """
 
     outline: np.ndarray | None = None
     reference: np.ndarray | None = None
+    boxes: tuple[Box, ...] = ()
 
     @property
     def pixels(self) -> int | None:
@@ -61,7 +66,35 @@ def beside(plan, prepared, entry, planned, size: tuple[int, int]) -> Beside:
         if shown != (height, width):
             picture = resize_picture(picture, shown)
         return Beside(reference=picture)
+    if entry.detection is not None:
+        return Beside(boxes=boxes_on_picture(entry.detection, prepared.placement,
+                                             plan.options.render.output_size == "original",
+                                             size))
     return Beside()
+
+
+def boxes_on_picture(detection: np.ndarray, placement, on_original: bool,
+                     size: tuple[int, int]) -> tuple[Box, Box]:
+    """A detection's target box and matched proposal (``detection``: both boxes' corners
+    on the model's input, as :class:`~guidedbp.pipeline.stages.Explained` holds them) on
+    a picture of ``size`` (H, W): the model's input, or where ``on_original`` the original
+    (through ``placement``), scaled as a larger original's pictures are.
+
+    >>> from guidedbp.models.preprocess import fit
+    >>> _, placement = fit(np.zeros((20, 40, 3), np.uint8), (10, 10), "stretch")
+    >>> found = np.array([0, 0, 5, 5, 5, 5, 10, 10, 0.1, 0.9])
+    >>> [box.corners for box in boxes_on_picture(found, placement, True, (20, 40))]
+    [(0.0, 0.0, 20.0, 10.0), (20.0, 10.0, 40.0, 20.0)]
+    """
+    target, matched = detection[:4], detection[4:8]
+    if on_original:
+        target, matched = placement.box_to_original(target), placement.box_to_original(matched)
+        height, width = placement.original_size
+    else:
+        height, width = placement.size
+    scale = np.array([size[1] / width, size[0] / height] * 2)
+    return (Box(tuple(float(v) for v in np.asarray(target) * scale)),
+            Box(tuple(float(v) for v in np.asarray(matched) * scale), MATCHED_BOX, dashed=True))
 
 
 def region_on_picture(cells: np.ndarray, mask: np.ndarray | None, placement,

@@ -32,6 +32,7 @@ from guidedbp.engine.methods import MATHS_VERSION, method
 from guidedbp.errors import ModelLoadError
 from guidedbp.models.digest import DIGEST_LENGTH, file_digest, folder_digest, keras_digest
 from guidedbp.models.loading import DEMO_SPECS
+from guidedbp.models.presets import FORMAT as PRESET_FORMAT
 from guidedbp.pipeline.options import RunOptions
 from guidedbp.render import DRAWING_VERSION
 
@@ -41,7 +42,7 @@ _EVERY_METHOD = ("guided", "smoothgrad")
 #: Model loading options that choose which function of a model is explained, with the
 #: values that choose nothing (so that naming the default changes no fingerprint).
 _LOADING = {"signature": "serving_default", "input_key": None, "output_key": None,
-            "custom_objects": None}
+            "custom_objects": None, "tokenizer": None}
 
 
 def made_by(loaded, options: RunOptions, load: dict | None = None,
@@ -86,12 +87,16 @@ def model_digest(loaded) -> str | None:
         return file_digest(loaded.source)
     if loaded.format == "savedmodel":
         return folder_digest(loaded.source)
+    if loaded.format == PRESET_FORMAT:  # its tokenizer's files too
+        return folder_digest(loaded.source, skip=("metadata.json",))
     if loaded.format == "demo":
         from importlib import resources
 
         data = resources.files("guidedbp.demo").joinpath("data")
         with resources.as_file(data.joinpath(f"{DEMO_SPECS[loaded.source]}.keras")) as path:
             return file_digest(str(path))
+    if loaded.text is not None:  # both towers: the text's makes the prompts' embeddings
+        return keras_digest(loaded.text.backbone)
     return keras_digest(loaded.model)
 
 
@@ -108,6 +113,11 @@ def map_options(options: RunOptions, preprocess: str, load: dict | None = None) 
     custom = loading["custom_objects"]
     if isinstance(custom, (str, os.PathLike)) and os.path.isfile(custom):
         loading["custom_objects"] = file_digest(custom)  # its code, not its path
+    tokenizer = loading["tokenizer"]
+    if isinstance(tokenizer, (str, os.PathLike)) and os.path.isdir(tokenizer):
+        loading["tokenizer"] = folder_digest(tokenizer)  # its vocabulary, not its path
+    elif tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
+        loading["tokenizer"] = type(tokenizer).__name__  # an object: its kind, at least
     values["loading"] = {name: value for name, value in loading.items()
                          if value != _LOADING[name]}
     return values

@@ -13,11 +13,12 @@ wildcard; nothing leaves OUT)::
 
 CLASS is ``281-tabby`` (the index, then the name cut to 48 characters) or ``281``.
 With targets, CLASS is the target's :func:`target_slug` instead (``unit-2``,
-``region-1-circle``, ``similar-ref.jpg``); a class target keeps ``281-tabby``.
+``region-1-circle``, ``similar-ref.jpg``, ``text-a-cat``); a class target keeps ``281-tabby``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -33,13 +34,16 @@ def class_slug(index: int, labels) -> str:
 def target_slug(kind: str, value, name: str | None = None) -> str:
     """The part of an output name that says which target it explains: ``unit-2``,
     ``unit-4-7-1``, ``region-1-circle`` (``region-1`` without a name), ``similar-ref.jpg``
-    (the reference's file name); letters, digits, ``.``, ``_`` and ``-`` only, so no
-    path separator ever reaches a file name.
+    (the reference's file name), ``text-a-cat`` (a prompt's words, cut to 48 characters);
+    letters, digits, ``.``, ``_`` and ``-`` only, so no path separator ever reaches a file
+    name.
 
     >>> target_slug("unit", (4, 7, 1)), target_slug("region", 1, "Big circle")
     ('unit-4-7-1', 'region-1-big-circle')
     >>> target_slug("similar", "../ref 1.jpg")
     'similar-ref-1.jpg'
+    >>> target_slug("text", "A cat, on a mat/sofa")
+    'text-a-cat-on-a-mat-sofa'
     """
     if kind == "unit":
         index = value if isinstance(value, tuple) else (value,)
@@ -47,6 +51,9 @@ def target_slug(kind: str, value, name: str | None = None) -> str:
     if kind == "region":
         slug = re.sub(r"[^A-Za-z0-9]+", "-", name or "").strip("-").lower()[:48].strip("-")
         return f"region-{value}-{slug}" if slug else f"region-{value}"
+    if kind == "text":  # a prompt: its words; one of no Latin letter or digit, its digest
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", str(value)).strip("-").lower()[:48].strip("-")
+        return f"text-{slug or hashlib.sha256(str(value).encode()).hexdigest()[:12]}"
     text = re.sub(r"[^A-Za-z0-9._-]+", "-", str(value).replace("\\", "/").rsplit("/", 1)[-1])
     return f"{kind}-{text.strip('-.')[:48].strip('-.') or 'reference'}"
 

@@ -28,7 +28,7 @@ from guidedbp.errors import ArgumentError
 from guidedbp.figures import FIGURE_FORMATS
 from guidedbp.io.shard import manifest_name
 from guidedbp.models.preprocess import RESIZE_MODES
-from guidedbp.pipeline.targets import parse_target
+from guidedbp.pipeline.targets import DETECTION_KINDS, parse_target
 from guidedbp.render.options import RenderOptions
 
 #: Where ``guidedbp explain`` writes when no OUT is given.
@@ -63,6 +63,11 @@ class ClassOptions:
         mask_dir: For region targets: a folder with one mask per input, at the input's
             path below its INPUT folder, any image format (nonzero inside); ``None``: the
             pixels the model assigns to the class.
+        detections: For a detector: explain each image's K best detections (``K`` or
+            ``"top:K"``, at most :data:`MAX_CLASSES`), one set of maps each; ``None``:
+            none.
+        detection_threshold: For a detector: the class score from which a proposal is a
+            detection (found by ``detections``, or of a ``box:`` target's box).
     """
 
     classes: tuple = ()
@@ -70,6 +75,8 @@ class ClassOptions:
     targets: tuple = ()
     model_output: str | int | None = None
     mask_dir: str | None = None
+    detections: int | None = None
+    detection_threshold: float = 0.3
 
     def __post_init__(self):
         if isinstance(self.classes, (str, int)):
@@ -95,9 +102,53 @@ class ClassOptions:
                                 "image")
         if self.classes and self.top_k:
             raise ArgumentError("classes and top_k cannot be used together")
+        object.__setattr__(self, "detections", parse_detections(self.detections))
+        threshold = self.detection_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+                or not 0 <= threshold <= 1:
+            raise ArgumentError(f"detection_threshold={threshold!r} must be a number from 0 "
+                                "to 1")
+        if self.detections is not None:
+            others = (f"top_k={self.top_k}" if self.top_k else
+                      f"classes={self.classes[0]}" if self.classes else
+                      f"targets={self.targets[0].text}" if self.targets else None)
+            if others is not None:
+                raise ArgumentError(f"detections=top:{self.detections} explains the detections "
+                                    f"the model finds: it cannot go with {others}")
         if len(self.classes) + len(self.targets) > MAX_CLASSES:
             raise ArgumentError(f"{len(self.classes) + len(self.targets)} targets is above the "
                                 f"upper bound of {MAX_CLASSES} per image")
+
+    @property
+    def detections_only(self) -> bool:
+        """Whether every target is a detector's detection (``box:`` targets, or
+        ``detections``): the runs ``drise`` explains, and ``all`` includes it for."""
+        if self.detections is not None:
+            return True
+        return bool(self.targets) and not self.classes and not self.top_k and all(
+            spec.kind in DETECTION_KINDS for spec in self.targets)
+
+
+def parse_detections(value) -> int | None:
+    """``detections`` as a count: ``3``, ``"3"`` or ``"top:3"`` -> 3; ``None`` stays.
+
+    Raises:
+        ArgumentError: Anything but a whole number from 1 to :data:`MAX_CLASSES`.
+
+    >>> parse_detections("top:3"), parse_detections(None)
+    (3, None)
+    """
+    if value is None:
+        return None
+    count = value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        text = text[4:] if text.startswith("top:") else text
+        count = int(text) if text.isdigit() else None
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_CLASSES:
+        raise ArgumentError(f"detections={value!r} must be top:K, K a whole number from 1 to "
+                            f"{MAX_CLASSES} (top:3 explains each image's 3 best detections)")
+    return count
 
 
 @dataclass(frozen=True)
@@ -174,7 +225,8 @@ class RunOptions:
     """An explain run's options, grouped by concern.
 
     Attributes:
-        methods: Method names of :data:`guidedbp.METHODS`, in order.
+        methods: Method names of :data:`guidedbp.METHODS`, in order, or ``"all"``: every
+            method that explains the targets (``drise`` where every target is a detection).
         method: Their options.
         classes: :class:`ClassOptions`.
         inputs: :class:`InputOptions`.
@@ -190,7 +242,9 @@ class RunOptions:
     output: OutputOptions = field(default_factory=OutputOptions)
 
     def __post_init__(self):
-        object.__setattr__(self, "methods", as_methods(self.methods))
+        # "all": every method that explains the run's targets (D-RISE on detections only).
+        object.__setattr__(self, "methods", as_methods(
+            self.methods, detection=self.classes.detections_only))
 
     @classmethod
     def of(cls, options: RunOptions | None = None, **fields) -> RunOptions:

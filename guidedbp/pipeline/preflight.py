@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from guidedbp._text import plural
-from guidedbp.errors import GuidedbpError
+from guidedbp.engine.methods import method
+from guidedbp.errors import ArgumentError, GuidedbpError
 from guidedbp.figures import require_matplotlib
 from guidedbp.io import store
 from guidedbp.io.inputs import InputItem, collect_inputs
@@ -24,6 +25,7 @@ from guidedbp.io.manifest import check_own_manifest
 from guidedbp.io.shard import select_shard
 from guidedbp.models.loading import check_model_path
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, RunOptions
+from guidedbp.pipeline.targets import DETECTION_KINDS
 
 
 class NoImagesError(GuidedbpError):
@@ -73,9 +75,11 @@ def check_run(
             (:class:`~guidedbp.io.inputs.InputError`) or no input is an image
             (:class:`NoImagesError`), a figure needs matplotlib, ``mask_dir`` is no
             folder, or OUT cannot be created or written, or holds a manifest or lock
-            guidedbp did not write.
+            guidedbp did not write; ``drise`` for targets that are not all detections
+            (:func:`check_bound_methods`).
     """
     options = RunOptions.of(options, **fields)
+    check_bound_methods(options)
     output = os.fspath(output)
     if runner not in ("local", "ray"):
         raise GuidedbpError(f"runner={runner!r} is not one of local, ray")
@@ -115,6 +119,29 @@ def check_run(
     if isinstance(model, (str, os.PathLike)):  # last, as loading it came after the rest
         check_model_path(os.fspath(model))
     return CheckedRun(output, options, tuple(items), collected.passed_over, collected.hidden)
+
+
+def check_bound_methods(options: RunOptions) -> None:
+    """Refuse a method that explains detections alone (``drise``) in a run whose targets
+    are not all detections, before anything is loaded.
+
+    Raises:
+        ArgumentError: One line naming the method, what the run explains instead, and
+            the targets it needs.
+    """
+    bound = [name for name in options.methods if method(name).target is not None]
+    if not bound or options.classes.detections_only:
+        return
+    wanted = options.classes
+    other = next((f"targets={spec.text}" for spec in wanted.targets
+                  if spec.kind not in DETECTION_KINDS), None)
+    instead = (f"classes={wanted.classes[0]}" if wanted.classes else
+               f"top_k={wanted.top_k}" if wanted.top_k else
+               other if other is not None else "each image's top class")
+    raise ArgumentError(
+        f"methods={bound[0]} explains a detector's detections alone, and this run explains "
+        f"{instead}: name detections with targets=box:X0,Y0,X1,Y1[:C] or detections=top:K "
+        "(guidedbp.targets.Detection in Python), or leave it out")
 
 
 def hidden_phrase(count: int) -> str:

@@ -18,6 +18,7 @@ from guidedbp.figures import is_own_figure
 from guidedbp.io import made_by, store
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.write import is_own_png, is_whole_png
+from guidedbp.pipeline.detections import same_ranked
 from guidedbp.pipeline.masks import MaskError, find_mask
 from guidedbp.pipeline.stages import Plan, is_npy
 from guidedbp.pipeline.targets import file_digest, ranked_target
@@ -94,7 +95,7 @@ def stale_reason(plan: Plan, item: InputItem, record: dict) -> str | None:
     targets = record.get("targets") or []
     if not all(isinstance(target, dict) for target in targets):
         return "targets"
-    slugs = _same_targets(plan, item, targets)
+    slugs = _same_targets(plan, item, targets, record)
     if slugs is None:
         return "targets"
     for target, slug in zip(targets, slugs):
@@ -109,12 +110,16 @@ def stale_reason(plan: Plan, item: InputItem, record: dict) -> str | None:
     return None
 
 
-def _same_targets(plan: Plan, item: InputItem, targets: list[dict]) -> list | None:
+def _same_targets(plan: Plan, item: InputItem, targets: list[dict], record: dict
+                  ) -> list | None:
     """The file-name part of each of an earlier record's targets when they are the ones
     this run explains (the same classes, or the same targets of the same model output,
-    mask file contents and reference), else ``None``."""
+    mask file contents and reference; the same ``detections`` and threshold), else
+    ``None``."""
     options, wanted = plan.options, plan.targets
     classes = [target.get("class") for target in targets]
+    if wanted is not None and wanted.detections:  # each image's own: as they were found
+        return same_ranked(plan, targets, record)
     if wanted is None or not wanted.targets:  # classes: listed, ranked or the top one
         top_k = wanted.top_k if wanted is not None else options.classes.top_k
         if plan.classes:

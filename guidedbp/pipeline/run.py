@@ -19,6 +19,7 @@ import numpy as np
 from guidedbp._text import did_you_mean, plural
 from guidedbp.api import Explainer
 from guidedbp.caveats import Caveat, unique
+from guidedbp.engine.detect import NotADetector
 from guidedbp.engine.explainer import Explanation
 from guidedbp.errors import ArgumentError, GuidedbpError
 from guidedbp.io import store
@@ -29,6 +30,7 @@ from guidedbp.io.report import write_report
 from guidedbp.models.labels import resolve_class
 from guidedbp.models.loading import LoadedModel, load_model
 from guidedbp.models.preprocess import prepare
+from guidedbp.pipeline.detections import detection_layers, plan_detections
 from guidedbp.pipeline.fingerprint import made_by
 from guidedbp.pipeline.local import run_local
 from guidedbp.pipeline.naming import label_of
@@ -42,7 +44,13 @@ from guidedbp.pipeline.preflight import (  # noqa: F401 (NoImagesError: guidedbp
 )
 from guidedbp.pipeline.resume import Resumed, carried_over
 from guidedbp.pipeline.stages import Feed, Plan, Summary
-from guidedbp.pipeline.targets import model_outputs, plan_targets, select_output
+from guidedbp.pipeline.targets import (
+    DETECTION_KINDS,
+    TargetPlan,
+    model_outputs,
+    plan_targets,
+    select_output,
+)
 from guidedbp.pipeline.writing import record
 
 
@@ -181,22 +189,27 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
         report = explainer.report  # traces once: a bad layer fails here
         fallback = tuple(report.output_shape) or (None, report.num_classes)
         value = explainer.reads_a_value()  # one unit, no sigmoid or softmax: no class
-        targets = plan_targets(wanted, outputs or model_outputs(loaded.model, fallback),
-                               loaded.labels, value)
+        described = outputs or model_outputs(loaded.model, fallback)
+        if wanted.detections or any(spec.kind == "box" for spec in wanted.targets):
+            targets = _detection_plan(wanted, explainer, described, loaded, options.inputs.size)
+        else:
+            targets = plan_targets(wanted, described, loaded.labels, value, text=loaded.text)
         num_classes = (report.num_classes if targets is None
                        else 0 if value else _classes_of(targets.shape))
         for note in [*_notes(loaded, num_classes), *(targets.notes if targets else ())]:
             warnings.warn(note, ModelWarning, stacklevel=3)
         classes = () if targets is not None else tuple(
             resolve_class(spec, loaded.labels, num_classes) for spec in wanted.classes)
-        columns = len(classes) if targets is None else len(targets.targets)
+        columns = len(classes) if targets is None else \
+            targets.detections or len(targets.targets)
         _check_memory(explainer, loaded, options, columns, num_classes)
         owned = frozenset(path for record in earlier.values()
                           for target in record["targets"] if isinstance(target, dict)
                           for path in _paths_of(target))
         named = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
         plan = Plan(output, options, Feed.of(loaded), classes, num_classes, owned,
-                    guided=report.as_dict()["by_rule"], layers=dict(report.cam_layers),
+                    guided=report.as_dict()["by_rule"],
+                    layers=_cam_layers(explainer, report, targets, options.inputs.size),
                     targets=targets,
                     conditional=getattr(lock, "conditional", None) is True,
                     made_by=made_by(loaded, options, load, named))
@@ -218,6 +231,36 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
             # Under the lock: a second run must not start while the page is written.
             summary.report = _report(output, options.manifest)
     return summary, loading
+
+
+def _detection_plan(wanted, explainer, outputs, loaded, size) -> TargetPlan:
+    """A run's ``box:`` targets or ``detections`` checked against the model, which must be
+    a detector (:func:`~guidedbp.pipeline.detections.plan_detections`), before any input
+    is read."""
+    shape = explainer.image_shape or (None, None, loaded.channels)
+    if size is not None and None in tuple(shape[:2]):
+        shape = (*size, shape[2])
+    try:
+        detector, reason = explainer.detector(tuple(shape)), None
+    except NotADetector as error:
+        detector, reason = None, str(error)
+    return plan_detections(wanted, outputs, loaded.labels, detector, reason)
+
+
+def _cam_layers(explainer, report, targets, size) -> dict[str, str]:
+    """Each class activation map's layer, by method: a detection's (the last feature map
+    its proposals share) where the run explains detections, else the report's."""
+    layers = dict(report.cam_layers)
+    if not layers or targets is None or not (
+            targets.detections or any(target.kind in DETECTION_KINDS
+                                      for target in targets.targets)):
+        return layers
+    shape = explainer.image_shape
+    if shape is None or None in tuple(shape[:2]):
+        if size is None:
+            return layers  # traced per image size: the layer of a class stands
+        shape = (*size, explainer.image_shape[2] if explainer.image_shape else 3)
+    return detection_layers(explainer, tuple(shape), targets.output)
 
 
 def _check_memory(explainer, loaded, options: RunOptions, classes: int, num_classes: int
@@ -390,9 +433,11 @@ def explain_image(model, path: str | os.PathLike, target=None, *, methods=None,
         explanation = replace(explanation, caveats=(
             unique((*loaded.caveats, *explanation.caveats_of(0))),))
     labels = None if loaded.labels is None else tuple(loaded.labels)
-    layers = {name: layer for name, layer in  # the report of this image's signature
-              explainer.report_for(model_input.shape).cam_layers.items()
-              if name in explanation.by_method}
+    report = explainer.report_for(model_input.shape)  # of this image's signature
+    layers = (detection_layers(explainer, model_input.shape, target.output)
+              if report.cam_layers and getattr(target, "kind", None) == "detection"
+              else report.cam_layers)
+    layers = {name: layer for name, layer in layers.items() if name in explanation.by_method}
     return ImageExplanation(os.fspath(path), image, fitted, placement, explanation, labels,
                             layers)
 
@@ -424,7 +469,7 @@ def _refuse_for_one_image(options: RunOptions | None, fields: dict) -> None:
     if name in ("classes", "top_k"):
         raise ArgumentError(f"explain_image explains one class: give it as target= ({name}= "
                             "is explain_files' option; call explain_image once per class)")
-    if name in ("targets", "mask_dir"):
+    if name in ("targets", "mask_dir", "detections", "detection_threshold"):
         raise ArgumentError(f"explain_image explains one target: give it as target= (a class, "
                             f"or guidedbp.targets.Unit, Region(c, mask=...), Similarity; {name}= "
                             "is explain_files' option)")

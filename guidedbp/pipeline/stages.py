@@ -26,6 +26,7 @@ from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem
 from guidedbp.models.preprocess import draft_side, resize_picture
 from guidedbp.models.preprocess import prepare as fit_and_preprocess
+from guidedbp.pipeline import detections
 from guidedbp.pipeline.masks import MaskError, find_mask, read_mask, reference_input
 from guidedbp.pipeline.naming import Naming
 from guidedbp.pipeline.options import RunOptions
@@ -118,6 +119,8 @@ class Prepared:
     mask: np.ndarray | None = None  # bool (H, W): the region mask at the model's input
     mask_file: str | None = None  # its path below the mask folder
     mask_sha256: str | None = None
+    boxes: dict | None = None  # box: target spec -> its corners on the model's input
+    found: int | None = None  # with detections=K: how many the model found (at most K)
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,9 @@ class Explained:
     ``target`` is the class (a unit's flat index, a region's class; -1 for a
     similarity); ``value`` the score differentiated; ``pixels`` a region's size at the
     output's resolution and ``region`` the region itself there (bool ``(H', W')``);
-    ``planned`` the run's target (``None`` for a ranked class).
+    ``planned`` the run's target (``None`` for a ranked class); ``detection`` a detection
+    target's box on the model's input, then what it matched there (the proposal's
+    corners, IoU and class score: float32 ``(10,)``).
     """
 
     target: int
@@ -138,6 +143,7 @@ class Explained:
     pixels: int | None = None
     planned: PlannedTarget | None = None
     region: np.ndarray | None = None
+    detection: np.ndarray | None = None
 
 
 @dataclass
@@ -159,6 +165,11 @@ class Summary:
     recomputed: dict[str, int] = field(default_factory=dict)
     # Objects no output path can name (InputItem.skipped): (input, reason), recorded skipped
     unusable: list[tuple[str, str]] = field(default_factory=list)
+    # With detections=K: inputs with fewer than K detections above the threshold, of which
+    # with none at all; and (K, threshold)
+    fewer_detections: int = 0
+    no_detections: int = 0
+    detections: tuple = ()
 
     @property
     def exit_code(self) -> int:
@@ -177,6 +188,12 @@ class Summary:
             self.skipped += 1
         else:
             self.done += 1
+        found = record.get("detections")
+        if record["status"] == "ok" and isinstance(found, dict):
+            self.detections = (found.get("top"), found.get("threshold"))
+            if found.get("found", 0) < found.get("top", 0):
+                self.fewer_detections += 1
+                self.no_detections += found.get("found") == 0
 
 
 def batched(items: list, size: int) -> list[list]:
@@ -209,10 +226,13 @@ def prepare(plan: Plan, item: InputItem, carried: dict | None = None) -> Prepare
     if carried is not None or item.skipped is not None:
         return prepared  # neither decoded nor computed
     inputs = plan.options.inputs
+    # A box is in the pixels of the file: its image is decoded whole, never reduced.
+    boxes = detections.has_boxes(plan)
     try:
         # A JPEG far larger than anything drawn from it is decoded reduced.
         image = decode_image(item.path, channels=plan.feed.channels,
-                             draft_side=draft_side(plan.feed.input_shape, inputs.size))
+                             draft_side=None if boxes else draft_side(plan.feed.input_shape,
+                                                                      inputs.size))
     except ImageError as error:
         prepared.error = error.reason
         return prepared
@@ -225,10 +245,12 @@ def prepare(plan: Plan, item: InputItem, carried: dict | None = None) -> Prepare
             prepared.mask, prepared.mask_sha256 = read_mask(
                 path, prepared.mask_file, image.shape[:2], prepared.placement,
                 draft_side(plan.feed.input_shape, inputs.size))
+        if boxes:
+            prepared.boxes = detections.input_boxes(plan.targets.targets, prepared.placement)
         shown = prepared.placement.shown_size  # maps are drawn at most this large
         if tuple(image.shape[:2]) != tuple(shown):
             image = resize_picture(image, shown)
-    except MaskError as error:
+    except (MaskError, detections.BoxOutside) as error:
         prepared.error, prepared.model_input = str(error), None  # not explained: failed
         return prepared
     except MemoryError:
@@ -284,6 +306,8 @@ def _targets(plan: Plan, explainer, images: np.ndarray, prepared: list[Prepared]
     """Per image, one :class:`Explained` per target: every method and every target from
     one engine call (one forward pass)."""
     wanted = plan.targets
+    if wanted is not None and wanted.detections:
+        return _detections(plan, explainer, images, prepared)
     planned: list = []
     if wanted is not None and wanted.targets:
         planned = list(wanted.targets)
@@ -295,30 +319,69 @@ def _targets(plan: Plan, explainer, images: np.ndarray, prepared: list[Prepared]
         explanations = explainer.explain_top_k(
             images, wanted.top_k if wanted is not None else plan.options.classes.top_k or 1)
     planned += [None] * (len(explanations) - len(planned))
-    return [
-        [Explained(int(e.targets[index]), float(e.probabilities[index]),
-                   {m: maps[index] for m, maps in e.by_method.items()}, e.caveats_of(index),
-                   value=float(e.logits[index]),
-                   pixels=None if e.region_pixels is None else int(e.region_pixels[index]),
-                   planned=target,
-                   region=None if e.region_masks is None else e.region_masks[index])
-         for e, target in zip(explanations, planned)]
-        for index in range(len(images))
-    ]
+    return [[_explained(e, index, target, None if target is None or target.kind != "box"
+                        else prepared[index].boxes[target.spec])
+             for e, target in zip(explanations, planned)]
+            for index in range(len(images))]
+
+
+def _explained(explanation, index: int, target: PlannedTarget | None,
+               box: np.ndarray | None = None) -> Explained:
+    """Image ``index``'s :class:`Explained` of an engine ``explanation`` of ``target``;
+    ``box`` a detection target's box on the model's input."""
+    e = explanation
+    detection = None
+    if e.detections is not None:
+        detection = np.concatenate([np.asarray(box, np.float32), e.detections[index]])
+    return Explained(int(e.targets[index]), float(e.probabilities[index]),
+                     {m: maps[index] for m, maps in e.by_method.items()}, e.caveats_of(index),
+                     value=float(e.logits[index]),
+                     pixels=None if e.region_pixels is None else int(e.region_pixels[index]),
+                     planned=target,
+                     region=None if e.region_masks is None else e.region_masks[index],
+                     detection=detection)
+
+
+def _detections(plan: Plan, explainer, images: np.ndarray, prepared: list[Prepared]
+                ) -> list[list[Explained]]:
+    """``detections=K``: each image's K best detections on the clean image (fewer where
+    it has fewer, none for some), each explained as a box of its class. An image's
+    detections are its own (their number, boxes and classes), so each image goes through
+    the engine alone, its detections sharing one forward pass."""
+    wanted = plan.targets
+    found = explainer.detect(images, wanted.detections, wanted.threshold)
+    results = []
+    for index, (detected, item) in enumerate(zip(found, prepared)):
+        item.found = len(detected)
+        targets = detections.ranked(detected, item.placement, plan.feed.labels)
+        if not targets:
+            results.append([])
+            continue
+        explanations = explainer.explain_targets(
+            images[index : index + 1],
+            [detections.engine_ranked(detected, target.rank, wanted) for target in targets])
+        results.append([_explained(e, 0, target, detected.boxes[target.rank - 1])
+                        for e, target in zip(explanations, targets)])
+    return results
 
 
 def _engine_target(plan: Plan, target: PlannedTarget, images: np.ndarray,
                    prepared: list[Prepared]):
     """What the engine explains for ``target`` in a batch of ``images``: a class index,
     :class:`~guidedbp.targets.Unit`, :class:`~guidedbp.targets.Region` (with the batch's
-    masks, from ``mask_dir``) or :class:`~guidedbp.targets.Similarity` (the reference
-    fitted as the inputs are)."""
-    from guidedbp.targets import Region, Similarity, Unit
+    masks, from ``mask_dir``), :class:`~guidedbp.targets.Similarity` (the reference
+    fitted as the inputs are) or :class:`~guidedbp.targets.Text` (the prompt)."""
+    from guidedbp.targets import Region, Similarity, Text, Unit
 
     if target.kind == "class":
         return target.index
     if target.kind == "unit":
         return Unit(target.unit)
+    if target.kind == "text":  # embedded by the explainer's text tower, once per prompt
+        return Text(target.spec.partition(":")[2])
+    if target.kind == "box":
+        return detections.engine_box(target, np.stack([p.boxes[target.spec] for p in prepared]),
+                                     plan.targets)
     if target.kind == "region":
         masks = None
         if plan.targets.mask_dir is not None:

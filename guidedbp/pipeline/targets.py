@@ -6,6 +6,10 @@ A spec is text, as ``guidedbp explain --target`` takes it and the manifest recor
     unit:I          one raw output unit: a flat index, or I,J,K one index per output axis
     region:C        class C's logits summed over a segmentation map's region of C
     similar:IMAGE   cosine similarity of the output to IMAGE's (an embedding)
+    box:X0,Y0,X1,Y1[:C]  a detector's detection of that box (original image pixels), of
+                    class C (index or name; default: the class it is detected as)
+    text:PROMPT     a two-tower model's (CLIP, SigLIP) cosine similarity of the image's
+                    embedding to PROMPT's
 
 :func:`parse_target` turns one into a :class:`TargetSpec` (no TensorFlow, no model);
 :func:`plan_targets` checks a run's specs against the loaded model's outputs, before any
@@ -31,15 +35,49 @@ from guidedbp.models.labels import resolve_class
 from guidedbp.pipeline.naming import class_slug, target_slug
 
 #: The target kinds of a spec, in the order the help lists them.
-KINDS = ("class", "unit", "region", "similar")
+KINDS = ("class", "unit", "region", "similar", "box", "text")
 #: How each kind is written.
-FORMS = {"class": "class:C", "unit": "unit:I", "region": "region:C", "similar": "similar:IMAGE"}
-_EXPECTED = "expected class:C, unit:I (or unit:I,J,K), region:C or similar:IMAGE"
+FORMS = {"class": "class:C", "unit": "unit:I", "region": "region:C", "similar": "similar:IMAGE",
+         "box": "box:X0,Y0,X1,Y1[:C]", "text": "text:PROMPT"}
+_EXPECTED = ("expected class:C, unit:I (or unit:I,J,K), region:C, similar:IMAGE, "
+             "box:X0,Y0,X1,Y1[:C] or text:PROMPT")
+#: The kinds that explain a detector's detection: a box given, or one found (ranked).
+DETECTION_KINDS = ("box", "detection")
 _INDEX = re.compile(r"[0-9]+")
 
 
 class TargetSpecError(ArgumentError):
     """A target spec that does not parse: one line naming it and what was expected."""
+
+
+@dataclass(frozen=True)
+class Box:
+    """A ``box:`` spec's value.
+
+    Attributes:
+        corners: ``(x0, y0, x1, y1)``: x right, y down, in the pixels of each input's
+            image file (upright, as a viewer shows it), ``x0 < x1`` and ``y0 < y1``.
+        label: The class as given (an int index or a name), or ``None``: the class the
+            box is detected as.
+    """
+
+    corners: tuple[float, float, float, float]
+    label: int | str | None = None
+
+    @property
+    def text(self) -> str:
+        """``10,20,40.5,60`` (and ``:LABEL``): the value written back."""
+        corners = ",".join(coordinate(value) for value in self.corners)
+        return corners if self.label is None else f"{corners}:{self.label}"
+
+
+def coordinate(value: float) -> str:
+    """A box coordinate as specs and file names write it: ``10``, ``10.5``, ``-3``.
+
+    >>> coordinate(10.0), coordinate(10.25), coordinate(-3.0)
+    ('10', '10.25', '-3')
+    """
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 @dataclass(frozen=True)
@@ -49,24 +87,28 @@ class TargetSpec:
     Attributes:
         kind: One of :data:`KINDS`.
         value: A class or region class (an int index or a name), a unit (an int, or a
-            tuple of ints), or a reference image's path as given.
+            tuple of ints), a reference image's path as given, or a :class:`Box`.
         text: The spec written back (``unit:1,2,0``): how manifests record it.
     """
 
     kind: str
-    value: int | str | tuple[int, ...]
+    value: int | str | tuple[int, ...] | Box
     text: str
 
     def as_target(self):
         """This spec as :class:`guidedbp.Explainer` takes it: an int or a class name for
         ``class:``, a :class:`~guidedbp.targets.Unit`, :class:`~guidedbp.targets.Region`
-        (index or name) or :class:`~guidedbp.targets.Similarity` (the image file, which
-        the explainer decodes and stretches to the model's size).
+        (index or name), :class:`~guidedbp.targets.Similarity` (the image file, which
+        the explainer decodes and stretches to the model's size) or
+        :class:`~guidedbp.targets.Detection` (its box in the pixels of the model's input:
+        ``guidedbp explain`` maps each file's box through its resizing).
 
         >>> parse_target("unit:2").as_target().label
         'unit:2'
+        >>> parse_target("box:1,2,5,6:0").as_target().label
+        'box:1,2,5,6:0'
         """
-        from guidedbp.targets import Region, Similarity, Unit
+        from guidedbp.targets import Detection, Region, Similarity, Unit
 
         if self.kind == "class":
             return self.value
@@ -74,12 +116,18 @@ class TargetSpec:
             return Unit(self.value)
         if self.kind == "region":
             return Region(self.value)
+        if self.kind == "box":
+            return Detection(self.value.corners, label=self.value.label)
+        if self.kind == "text":
+            from guidedbp.targets import Text
+
+            return Text(self.value)
         return Similarity(self.value)
 
 
 def parse_target(text: str) -> TargetSpec:
     """A target spec (``class:C``, ``unit:I``, ``unit:I,J,K``, ``region:C``,
-    ``similar:IMAGE``) as a :class:`TargetSpec`.
+    ``similar:IMAGE``, ``box:X0,Y0,X1,Y1[:C]``) as a :class:`TargetSpec`.
 
     Raises:
         TargetSpecError: One line naming the spec, what was expected, and a close kind
@@ -91,7 +139,10 @@ def parse_target(text: str) -> TargetSpec:
     Traceback (most recent call last):
     ...
     guidedbp.pipeline.targets.TargetSpecError: unknown target kind 'regoin' in 'regoin:1' \
-(did you mean 'region'?): expected class:C, unit:I (or unit:I,J,K), region:C or similar:IMAGE
+(did you mean 'region'?): expected class:C, unit:I (or unit:I,J,K), region:C, similar:IMAGE, \
+box:X0,Y0,X1,Y1[:C] or text:PROMPT
+    >>> parse_target("box:10, 20,40.5,60:circle").value
+    Box(corners=(10.0, 20.0, 40.5, 60.0), label='circle')
     """
     if isinstance(text, TargetSpec):
         return text
@@ -109,6 +160,11 @@ def parse_target(text: str) -> TargetSpec:
     value = value.strip() if kind != "similar" else value
     if not value.strip():
         raise TargetSpecError(f"target {text!r} names no {kind}: expected {FORMS[kind]}")
+    if kind == "text":  # a prompt as written, its outer spaces dropped
+        return TargetSpec("text", value, f"text:{value}")
+    if kind == "box":
+        box = _parse_box(text, value)
+        return TargetSpec("box", box, f"box:{box.text}")
     if kind == "unit":
         parts = [part.strip() for part in value.split(",")]
         if not all(_INDEX.fullmatch(part) for part in parts):
@@ -122,6 +178,46 @@ def parse_target(text: str) -> TargetSpec:
         parsed = int(value) if _INDEX.fullmatch(value) else value
         return TargetSpec(kind, parsed, f"{kind}:{parsed}")
     return TargetSpec("similar", value, f"similar:{value}")
+
+
+def _parse_box(text: str, value: str) -> Box:
+    """A ``box:`` spec's value: four finite numbers, a box with an area, then an optional
+    ``:LABEL``.
+
+    Raises:
+        TargetSpecError: One line naming the spec and what is wrong with it.
+    """
+    numbers, colon, label = value.partition(":")
+    parts = [part.strip() for part in numbers.split(",")]
+    form = "a box is four numbers X0,Y0,X1,Y1 (its corners, in the image's pixels)"
+    if len(parts) != 4:
+        raise TargetSpecError(f"target {text!r}: {form}, got {plural(len(parts), 'number')}")
+    corners = []
+    for part in parts:
+        try:
+            number = float(part)
+        except ValueError:
+            raise TargetSpecError(f"target {text!r}: {part!r} is not a number: {form}") \
+                from None
+        if not math.isfinite(number):
+            raise TargetSpecError(f"target {text!r}: {part!r} is not a finite number: {form}")
+        corners.append(number)
+    x0, y0, x1, y1 = corners
+    for low, high, axis in ((x0, x1, "X"), (y0, y1, "Y")):
+        if high < low:
+            raise TargetSpecError(
+                f"target {text!r} is inverted: {axis}1 ({coordinate(high)}) must be greater "
+                f"than {axis}0 ({coordinate(low)}): corners are X0,Y0 (top left) then X1,Y1 "
+                "(bottom right)")
+        if high == low:
+            raise TargetSpecError(f"target {text!r} is empty: {axis}1 equals {axis}0, so the "
+                                  "box has no area")
+    label = label.strip()
+    if colon and not label:
+        raise TargetSpecError(f"target {text!r} names no class after its box: expected "
+                              f"{FORMS['box']}")
+    parsed = int(label) if _INDEX.fullmatch(label) else label or None
+    return Box((x0, y0, x1, y1), parsed)
 
 
 # -- the model's outputs ---------------------------------------------------------------
@@ -200,6 +296,9 @@ class PlannedTarget:
         reference_path: Its absolute path (workers may run elsewhere).
         reference_sha256: The reference file's digest: a resumed run keys on it.
         slug: The part of its output file names (``unit-2``, ``region-1-circle``).
+        box: A detection's :class:`Box` (corners in the pixels of the image file and the
+            class as given), or ``None``.
+        rank: A detection found by ``detections`` (``det:1``): its rank; else ``None``.
     """
 
     kind: str
@@ -211,6 +310,8 @@ class PlannedTarget:
     reference_path: str | None = None
     reference_sha256: str | None = None
     slug: str = ""
+    box: Box | None = None
+    rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -227,6 +328,10 @@ class TargetPlan:
         notes: What a user should know about how the targets were chosen (one line
             each, in option words): a one-unit output's value explained for want of a
             class (:data:`VALUE_NOTE`).
+        detections: Explain each image's best detections, at most this many (``targets``
+            empty), or ``None``.
+        threshold: The class score from which a proposal is a detection (of a box
+            target's box, or found by ``detections``).
     """
 
     targets: tuple[PlannedTarget, ...]
@@ -236,6 +341,8 @@ class TargetPlan:
     mask_dir: str | None = None
     named: bool = False
     notes: tuple[str, ...] = ()
+    detections: int | None = None
+    threshold: float = 0.3
 
     @property
     def has_regions(self) -> bool:
@@ -252,6 +359,12 @@ class TargetPlan:
                           reference_sha256=target.reference_sha256)
         if target.kind == "region" and self.mask_dir is not None:
             record.update(mask=mask, mask_sha256=mask_sha256)
+        if target.kind == "box":
+            record.update(box=list(target.box.corners), label=target.box.label,
+                          threshold=self.threshold)
+        if target.kind == "detection":  # what it found is added by the caller
+            record.update(rank=target.rank, detections=f"top:{self.detections}",
+                          threshold=self.threshold)
         return record
 
 
@@ -261,8 +374,8 @@ VALUE_NOTE = ("one output unit with no sigmoid or softmax: explaining its value 
               "a class; targets=unit:0 says so explicitly")
 
 
-def plan_targets(options, outputs: tuple[ModelOutput, ...], labels, value: bool = False
-                 ) -> TargetPlan | None:
+def plan_targets(options, outputs: tuple[ModelOutput, ...], labels, value: bool = False,
+                 text=None) -> TargetPlan | None:
     """Check what a run's :class:`~guidedbp.pipeline.options.ClassOptions` ask of the
     model and resolve its targets; ``None`` for a plain class run (no targets, no model
     output named), which reads the model's one ``(batch, classes)`` output as ever.
@@ -270,7 +383,8 @@ def plan_targets(options, outputs: tuple[ModelOutput, ...], labels, value: bool 
     ``value``: the output read is one unit with no sigmoid or softmax head (the engine's
     ``Explainer.reads_a_value``), a value and not a class: a run that names no target
     explains ``unit:0`` (with :data:`VALUE_NOTE`, its files named as a plain run's), and
-    a class or ``top_k`` is refused.
+    a class or ``top_k`` is refused. ``text``: the model's text tower
+    (:attr:`~guidedbp.models.loaded.LoadedModel.text`), which ``text:`` prompts need.
 
     Raises:
         ArgumentError: One line for each combination that cannot mean anything: an
@@ -280,8 +394,17 @@ def plan_targets(options, outputs: tuple[ModelOutput, ...], labels, value: bool 
             value, a region on an output that is no
             ``(batch, H', W', classes)``, a unit out of range, a class or region class
             that does not exist, ``mask_dir`` with no region target, a reference image
-            that cannot be read, two targets that would write the same files.
+            that cannot be read, two targets that would write the same files; a text
+            prompt on a model with no ``text`` tower (a two-tower model's
+            :class:`~guidedbp.models.two_tower.TextTower`) or one it cannot read.
     """
+    _check_prompts([spec for spec in options.targets if spec.kind == "text"], text)
+    _check_no_class(options, text)
+    boxes = [spec for spec in options.targets if spec.kind == "box"]
+    if boxes or options.detections:  # explain runs plan them: pipeline.detections
+        given = f"targets={boxes[0].text}" if boxes else f"detections=top:{options.detections}"
+        raise ArgumentError(f"{given} explains a detector's detections: only explain runs "
+                            "take it")
     chosen = select_output(outputs, options.model_output)
     specs = [TargetSpec("class", value, f"class:{value}") for value in options.classes]
     specs += list(options.targets)
@@ -332,6 +455,38 @@ def plan_targets(options, outputs: tuple[ModelOutput, ...], labels, value: bool 
                       mask_dir, named=bool(resolved or options.top_k))
 
 
+def _check_no_class(options, text) -> None:
+    """Refuse a class (or none named: each image's top class) of a two-tower model (``text``
+    its text tower): its image tower gives an embedding, whose values are no classes."""
+    if text is None:
+        return
+    classes = [spec.text for spec in options.targets if spec.kind == "class"]
+    given = (f"top_k={options.top_k}" if options.top_k else
+             f"classes={options.classes[0]}" if options.classes else
+             f"targets={classes[0]}" if classes else None)
+    if given is None and options.targets:
+        return
+    raise ArgumentError((f"{given}: " if given else "")
+                        + "the model is a two-tower model (CLIP, SigLIP): its image tower "
+                        "gives an embedding, not classes: name a target with "
+                        "targets=text:PROMPT (or similar:IMAGE)")
+
+
+def _check_prompts(specs: list[TargetSpec], text) -> None:
+    """Refuse ``text:`` specs that ``text`` (the model's text tower, or ``None``) cannot
+    embed: no text tower, no tokenizer, a prompt longer than the text encoder reads."""
+    for spec in specs:
+        shown = spec.as_target().short_label  # a huge prompt named, not copied whole
+        if text is None:
+            raise ArgumentError(f"targets={shown} needs a two-tower model (a keras-hub "
+                                "CLIPBackbone or SigLIPBackbone, e.g. its preset folder); this "
+                                "model has no text tower")
+        try:
+            text.check([spec.value])
+        except ArgumentError as error:
+            raise ArgumentError(f"targets={shown}: {error}") from None
+
+
 def _absolute(path: str) -> str:
     """A local path made absolute; an object-store URL as it is (``s3://b/masks`` is no
     folder ``s3:`` of the working directory)."""
@@ -375,6 +530,8 @@ def _resolve(spec: TargetSpec, output: ModelOutput, labels, classes: tuple) -> P
         flat = _flat_unit(spec, shape, where, given)
         return PlannedTarget("unit", spec.text, flat, unit=spec.value,
                              slug=target_slug("unit", spec.value))
+    if spec.kind == "text":
+        return PlannedTarget("text", spec.text, slug=target_slug("text", spec.value))
     path = _absolute(spec.value)
     return PlannedTarget("similar", spec.text, None, reference=spec.value, reference_path=path,
                          reference_sha256=_reference_digest(path, given),
@@ -443,15 +600,18 @@ def _check_unique(targets: tuple[PlannedTarget, ...]) -> None:
     listed: dict[tuple, PlannedTarget] = {}
     named: dict[str, PlannedTarget] = {}
     for target in targets:
-        key = (target.kind, target.index, target.unit, target.reference_path)
+        key = (target.kind, target.index, target.unit, target.reference_path,
+               target.spec if target.kind == "text" else None)
         if key in listed:
             raise ArgumentError(f"targets={target.spec} is listed twice (as "
                                 f"{listed[key].spec})")
         clash = named.get(target.slug.casefold())
         if clash is not None:
             raise ArgumentError(f"targets={clash.spec} and targets={target.spec} would write "
-                                f"the same files (.{target.slug}.*): give the references "
-                                "different file names")
+                                f"the same files (.{target.slug}.*): "
+                                + ("their prompts differ only in letter case or punctuation"
+                                   if target.kind == "text" else
+                                   "give the references different file names"))
         listed[key], named[target.slug.casefold()] = target, target
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from dataclasses import replace
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from guidedbp.io import store
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.write import atomic_write_bytes, encode_npy, encode_png, is_own_png, is_whole_png
 from guidedbp.models.preprocess import resize_map, resize_picture
+from guidedbp.pipeline import detections
 from guidedbp.pipeline.beside import Beside, beside
 from guidedbp.pipeline.naming import label_of
 from guidedbp.pipeline.stages import Explained, Plan, Prepared, is_npy
@@ -96,10 +98,15 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
         if planned is None:
             named_class = f"{label} (class {entry.target})" if label else f"class {entry.target}"
             title = f"{named_class} p={entry.probability:.3f}"
+        elif entry.detection is not None:
+            title = detections.describe_detection(planned, entry.target, entry.probability,
+                                                  float(entry.detection[8]), labels)
         else:
             title = describe(planned, entry.value, entry.probability, extras.pixels)
         # The class activation maps' layer, said where their maps are shown.
         with_layers = title + layer_note(options.methods, plan.layers)
+        if extras.boxes:  # what the boxes drawn on its pictures are
+            with_layers += " " + detections.BOX_LEGEND
         caption = with_layers
         if len(options.methods) == 1:  # a comparison panel titles its columns instead
             caption = f"{method_at_layer(options.methods[0], plan.layers)}: {title}"
@@ -121,7 +128,8 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
                 lines = [c.line for c in entry.caveats if c.concerns(name_of_method)]
                 array = render(name, shown[name_of_method], picture, caption=one,
                                caveats=lines, outline=extras.outline,
-                               reference=extras.reference, **options.render.panel_style)
+                               reference=extras.reference, boxes=extras.boxes,
+                               **options.render.panel_style)
             _save(plan, relative, encode_png(array), outputs.values())
         for name_of_method, relative in naming.raw_items(raw):
             _save(plan, relative, encode_npy(np.asarray(entry.maps[name_of_method],
@@ -135,7 +143,11 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
         else:
             targets.append(_target_record(plan, prepared, entry, planned, outputs, raw, title,
                                           extras.pixels))
-    return record(plan, prepared.item, "ok", None, targets, caveats)
+    written = record(plan, prepared.item, "ok", None, targets, caveats)
+    if prepared.found is not None:  # detections=K: how many the model found
+        written["detections"] = {"top": plan.targets.detections, "found": prepared.found,
+                                 "threshold": plan.targets.threshold}
+    return written
 
 
 def _target_record(plan: Plan, prepared: Prepared, entry: Explained, planned: PlannedTarget,
@@ -151,8 +163,11 @@ def _target_record(plan: Plan, prepared: Prepared, entry: Explained, planned: Pl
     if planned.kind == "region":
         identity["pixels"] = entry.pixels
         identity["image_pixels"] = image_pixels
-    is_class = planned.kind == "class"
-    return {"class": None if planned.kind == "similar" else entry.target,
+    if entry.detection is not None:
+        identity.update(detections.detection_record(planned, entry.detection[:4],
+                                                    entry.detection[4:], prepared.placement))
+    is_class = planned.kind in ("class", "box", "detection")  # a class score: its probability
+    return {"class": None if planned.kind in ("similar", "text") else entry.target,
             "label": planned.name,
             "score": round(entry.probability if is_class else entry.value, 6),
             "outputs": outputs, "raw": raw,
@@ -258,12 +273,12 @@ def comparison_panel(maps: dict, picture: np.ndarray, caption: str, style: dict,
     signed overlay on the picture, non-negative maps (the CAMs, RISE, Sobol) as their
     ``overlay``.
     """
-    columns = [Column("original", picture, outline=extras.outline)]
+    columns = [Column("original", picture, outline=extras.outline, boxes=extras.boxes)]
     if extras.reference is not None:
         columns.append(Column("reference", extras.reference))
     for name, saliency in maps.items():
-        columns.append(render_column(panel_render(name), saliency, picture, title=name,
-                                     **style))
+        column = render_column(panel_render(name), saliency, picture, title=name, **style)
+        columns.append(replace(column, boxes=extras.boxes))
     return render_panel(columns, caption=caption, tile=tile,
                         caveats=[caveat.line for caveat in caveats])
 

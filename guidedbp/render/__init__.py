@@ -37,6 +37,7 @@ from guidedbp.render.maps import (
     render_overlay,
     render_signed_overlay,
 )
+from guidedbp.render.marks import MATCHED_BOX, TARGET_BOX
 from guidedbp.render.panel import (
     DEFAULT_TILE,
     MAX_TILE,
@@ -45,6 +46,7 @@ from guidedbp.render.panel import (
     PANEL_GAP,
     PANEL_MARGIN,
     PANEL_ROW_GAP,
+    Box,
     Column,
     Scale,
     render_panel,
@@ -70,6 +72,9 @@ __all__ = [
     "PANEL_GAP",
     "PANEL_MARGIN",
     "PANEL_ROW_GAP",
+    "MATCHED_BOX",
+    "TARGET_BOX",
+    "Box",
     "Column",
     "Scale",
     "RENDERS",

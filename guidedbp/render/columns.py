@@ -16,6 +16,7 @@ pixels take where one channel stands out. Its legend says what lighter and darke
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from guidedbp.render.maps import (
     render_heatmap,
     render_overlay,
 )
+from guidedbp.render.marks import _boxed
 from guidedbp.render.panel import DEFAULT_TILE, Column, Scale, as_rgb, render_panel
 
 __all__ = ["COLUMN_RENDERS", "color_scale", "render", "render_column", "signed_colors"]
@@ -68,6 +70,7 @@ def render(
     caveats: Sequence[str] = (),
     outline: np.ndarray | None = None,
     reference: np.ndarray | None = None,
+    boxes: Sequence = (),
 ) -> np.ndarray:
     """Make one of :data:`RENDERS` by name.
 
@@ -92,9 +95,13 @@ def render(
             the original (:class:`~guidedbp.render.Column`); ignored otherwise.
         reference: For ``panel``: a ``uint8`` picture of height ``H`` (what a similarity
             compares with), shown after the original; ignored otherwise.
+        boxes: :class:`~guidedbp.render.Box` items in the map's pixels, drawn over the
+            render (for ``panel``: over the original and each map), a ``gray`` render
+            then made RGB.
 
     Returns:
-        The render, ``uint8`` ``(H, W)`` for ``gray`` and RGB otherwise.
+        The render, ``uint8`` ``(H, W)`` for ``gray`` (RGB with ``boxes``) and RGB
+        otherwise.
 
     Raises:
         ValueError: If ``name`` is unknown, ``overlay`` has no image, or any
@@ -103,23 +110,28 @@ def render(
     >>> render("gray", np.array([[[0.0], [4.0]]]), clip=100.0).tolist()
     [[0, 255]]
     """
-    if name == "color":
-        return render_color(saliency)
-    if name == "gray":
-        return render_gray(saliency, clip=clip)
-    if name == "heatmap":
-        return render_heatmap(saliency, cmap=cmap, clip=clip)
-    if name == "overlay":
-        if image is None:
-            raise ValueError("render 'overlay' needs the original image, got image=None")
-        return render_overlay(saliency, image, alpha=alpha, cmap=cmap, clip=clip)
+    boxes = tuple(boxes)
+    if name in ("color", "gray", "heatmap", "overlay"):
+        if name == "color":
+            picture = render_color(saliency)
+        elif name == "gray":
+            picture = render_gray(saliency, clip=clip)
+        elif name == "heatmap":
+            picture = render_heatmap(saliency, cmap=cmap, clip=clip)
+        else:
+            if image is None:
+                raise ValueError("render 'overlay' needs the original image, got image=None")
+            picture = render_overlay(saliency, image, alpha=alpha, cmap=cmap, clip=clip)
+        return _boxed(as_rgb(picture, "render"), boxes) if boxes else picture
     if name == "panel":
         if image is not None:  # reduced once, if it is larger than the map
             image = as_rgb(image, "image", np.shape(saliency)[:2])
-        columns = [Column("original", image, outline=outline)] if image is not None else []
+        columns = [Column("original", image, outline=outline, boxes=boxes)] \
+            if image is not None else []
         if reference is not None:
             columns.append(Column("reference", reference))
-        columns += [render_column(name, saliency, image, cmap=cmap, clip=clip, alpha=alpha)
+        columns += [replace(render_column(name, saliency, image, cmap=cmap, clip=clip,
+                                          alpha=alpha), boxes=boxes)
                     for name in ("color", "gray", "overlay") if image is not None or
                     name != "overlay"]
         return render_panel(columns, caption=caption, tile=tile, caveats=caveats)

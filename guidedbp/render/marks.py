@@ -1,5 +1,5 @@
 """What a panel draws around its pictures: text (the caption, titles, caveat lines and
-legends), colorbars and region outlines. Pure numpy and Pillow, as :mod:`.panel` is.
+legends), colorbars, region outlines and boxes. Pure numpy and Pillow, as :mod:`.panel` is.
 
 Text is set in the TrueType font Pillow ships (Aileron Regular, Pillow >= 10.1), so a
 panel looks the same wherever the same Pillow runs.
@@ -8,6 +8,7 @@ panel looks the same wherever the same Pillow runs.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,97 @@ _TICK_SPACE = 8  # the least room between two tick labels
 _SWATCH_WIDTH = 40  # a legend line's sample of its colorbar
 _OUTLINE = (255, 255, 255)  # a region's outline: its boundary pixels inside...
 _OUTLINE_HALO = (0, 0, 0)  # ...and those just outside, so that it shows on any picture
+#: A detection target's box: white, solid (a black line on each side, as an outline's).
+TARGET_BOX = (255, 255, 255)
+#: The proposal a detection target matched: magenta, dashed (a hue no colormap here has).
+MATCHED_BOX = (255, 0, 255)
+_BOX_HALO = (0, 0, 0)
+_BOX_LINE = 112  # a box's line is one pixel per this many of the picture's longer side
+
+
+@dataclass(frozen=True)
+class Box:
+    """A rectangle drawn over a picture.
+
+    Attributes:
+        corners: ``(x0, y0, x1, y1)`` in the picture's pixels, x right and y down, at pixel
+            edges (``(0, 0, W, H)`` frames the whole picture). A side outside the picture
+            is not drawn.
+        color: RGB of its line.
+        dashed: A dashed line (its gaps show what is under it).
+    """
+
+    corners: tuple[float, float, float, float]
+    color: tuple[int, int, int] = TARGET_BOX
+    dashed: bool = False
+
+    def scaled(self, x: float, y: float) -> Box:
+        """The same box on the picture scaled by ``x`` and ``y``."""
+        x0, y0, x1, y1 = self.corners
+        return Box((x0 * x, y0 * y, x1 * x, y1 * y), self.color, self.dashed)
+
+
+def _boxed(picture: np.ndarray, boxes) -> np.ndarray:
+    """``picture`` (``uint8`` ``(H, W, 3)``) with ``boxes`` drawn: a line ``max(1,
+    round(longer side / 112))`` pixels wide just inside each box's edges, in its order,
+    over the one-pixel black lines on each side of every box's; a dashed box in dashes and
+    gaps three line widths long (at least 3 pixels), measured along its sides from its top
+    left corner.
+
+    >>> drawn = _boxed(np.zeros((8, 8, 3), np.uint8), [Box((2, 2, 6, 6))])
+    >>> for row in drawn[1:7, :, 0].tolist(): print(row)
+    [0, 0, 0, 0, 0, 0, 0, 0]
+    [0, 0, 255, 255, 255, 255, 0, 0]
+    [0, 0, 255, 0, 0, 255, 0, 0]
+    [0, 0, 255, 0, 0, 255, 0, 0]
+    [0, 0, 255, 255, 255, 255, 0, 0]
+    [0, 0, 0, 0, 0, 0, 0, 0]
+    """
+    drawn = np.array(picture, copy=True)
+    height, width = drawn.shape[:2]
+    line = max(1, round(max(height, width) / _BOX_LINE))
+    # Every box's black lines first, then every line: one box's black never covers
+    # another's line (a matched proposal one pixel inside the target box).
+    for layers in (((-1, 1, None), (line, 1, None)), ((0, line, "line"),)):
+        for box in boxes:
+            x0, y0, x1, y1 = box.corners
+            left, top = math.floor(x0), math.floor(y0)
+            right, bottom = math.ceil(x1), math.ceil(y1)  # past the box's last pixel
+            on = None
+            if box.dashed:
+                dash = max(3, 3 * line)
+
+                def on(rows, columns, left=left, top=top, dash=dash):
+                    return ((rows - top) + (columns - left)) // dash % 2 == 0
+
+            for inset, thickness, color in layers:
+                _frame(drawn, (left + inset, top + inset, right - inset, bottom - inset),
+                       thickness, box.color if color else _BOX_HALO, on)
+    return drawn
+
+
+def _frame(drawn: np.ndarray, edges: tuple[int, int, int, int], thickness: int, color,
+           on=None) -> None:
+    """Paint the ring ``thickness`` pixels wide just inside ``edges`` (left, top, right,
+    bottom; right and bottom past the last pixel), clipped to ``drawn``; where ``on`` is
+    given, only its pixels for which ``on(rows, columns)`` holds."""
+    left, top, right, bottom = edges
+    if right <= left or bottom <= top:
+        return
+    inner_top, inner_bottom = top + thickness, bottom - thickness
+    for rows, columns in (((top, inner_top), (left, right)),
+                          ((inner_bottom, bottom), (left, right)),
+                          ((inner_top, inner_bottom), (left, left + thickness)),
+                          ((inner_top, inner_bottom), (right - thickness, right))):
+        r0, r1 = max(rows[0], top, 0), min(rows[1], bottom, drawn.shape[0])
+        c0, c1 = max(columns[0], left, 0), min(columns[1], right, drawn.shape[1])
+        if r0 >= r1 or c0 >= c1:
+            continue
+        if on is None:
+            drawn[r0:r1, c0:c1] = color
+        else:
+            window = drawn[r0:r1, c0:c1]
+            window[on(np.arange(r0, r1)[:, None], np.arange(c0, c1)[None, :])] = color
 
 
 @dataclass(frozen=True)

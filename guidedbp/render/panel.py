@@ -34,8 +34,10 @@ from guidedbp.render.marks import (
     _SWATCH_WIDTH,
     _TITLE_SIZE,
     _WHITE,
+    Box,
     Scale,
     _bar_height,
+    _boxed,
     _draw_bar,
     _draw_caveats,
     _draw_legends,
@@ -49,7 +51,7 @@ from guidedbp.render.marks import (
 )
 
 __all__ = ["DEFAULT_TILE", "PANEL_COLUMNS", "PANEL_GAP", "PANEL_MARGIN", "PANEL_ROW_GAP",
-           "Column", "Scale", "as_rgb", "render_panel"]
+           "Box", "Column", "Scale", "as_rgb", "render_panel"]
 
 #: Pixels on the longer side of each picture in a panel.
 DEFAULT_TILE = 224
@@ -74,13 +76,15 @@ class Column:
 
     ``outline``: a region on the picture, bool ``(H, W)`` of the picture's size: its
     boundary is drawn over the tile (the region's pixels that touch the outside, in
-    white, and the outside pixels that touch it, in black).
+    white, and the outside pixels that touch it, in black). ``boxes``: :class:`Box` items
+    in the picture's pixels, drawn over the tile in order.
     """
 
     title: str
     picture: np.ndarray
     scale: Scale | None = None
     outline: np.ndarray | None = None
+    boxes: tuple = ()
 
 
 def as_rgb(image: np.ndarray, what: str, size: tuple[int, int] | None = None) -> np.ndarray:
@@ -137,6 +141,16 @@ def _to_tile(picture: np.ndarray, factor: float) -> np.ndarray:
     return _resized(picture, size, method)
 
 
+def _tiled(column: Column, factor: float) -> Column:
+    """``column`` with its picture scaled by ``factor`` (:func:`_to_tile`), and its boxes
+    with it."""
+    picture = _to_tile(column.picture, factor)
+    x = picture.shape[1] / column.picture.shape[1]
+    y = picture.shape[0] / column.picture.shape[0]
+    return Column(column.title, picture, column.scale, column.outline,
+                  tuple(box.scaled(x, y) for box in column.boxes))
+
+
 def _legends(prepared: list[Column]) -> list[Scale]:
     """The scales whose legends the panel writes: the first of each legend's text."""
     seen: dict[str, Scale] = {}
@@ -159,9 +173,12 @@ def _tiled_region(region: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 def _columns_of(columns: Sequence) -> list[Column]:
     prepared: list[Column] = []
     for index, item in enumerate(columns):
-        outline = None
+        outline, boxes = None, ()
         if isinstance(item, Column):
             title, picture, scale, outline = item.title, item.picture, item.scale, item.outline
+            boxes = tuple(item.boxes)
+            if not all(isinstance(box, Box) for box in boxes):
+                raise TypeError(f"columns[{index}] boxes must be Box items, got {boxes!r:.60}")
         elif isinstance(item, (tuple, list)) and len(item) in (2, 3):
             title, picture, scale = (*item, None)[:3]
         else:
@@ -178,7 +195,7 @@ def _columns_of(columns: Sequence) -> list[Column]:
                 raise ValueError(f"columns[{index}] outline must be bool of the picture's "
                                  f"shape {picture.shape[:2]}, got {outline.dtype} "
                                  f"{outline.shape}")
-        prepared.append(Column(title, picture, scale, outline))
+        prepared.append(Column(title, picture, scale, outline, boxes))
     if not prepared:
         raise ValueError("columns must hold at least one (title, picture) pair, got none")
     heights = [column.picture.shape[0] for column in prepared]
@@ -204,7 +221,7 @@ def render_panel(
     column (as wide as its widest picture; a narrower one is centred). Under the grid,
     each scale's legend once, after a sample of its bar. Text wraps at spaces (a word
     wider than its column is broken) and is cut with "..." after three lines. A column's
-    ``outline`` is drawn on its tile (:class:`Column`).
+    ``outline`` and ``boxes`` are drawn on its tile (:class:`Column`).
 
     Args:
         columns: Left to right: :class:`Column` items or ``(title, picture)`` /
@@ -254,11 +271,14 @@ def render_panel(
         longest = max(prepared[0].picture.shape[0],
                       max(column.picture.shape[1] for column in prepared))
         factor = tile / longest
-        prepared = [Column(c.title, _to_tile(c.picture, factor), c.scale, c.outline)
-                    for c in prepared]
+        prepared = [_tiled(c, factor) for c in prepared]
     prepared = [column if column.outline is None else Column(
         column.title, _outlined(column.picture, _tiled_region(
-            column.outline, column.picture.shape[:2])), column.scale) for column in prepared]
+            column.outline, column.picture.shape[:2])), column.scale, boxes=column.boxes)
+        for column in prepared]
+    prepared = [column if not column.boxes else Column(
+        column.title, _boxed(column.picture, column.boxes), column.scale)
+        for column in prepared]
 
     rows = [prepared[start:start + per_row] for start in range(0, len(prepared), per_row)]
     cells = [max(row[number].picture.shape[1] for row in rows if number < len(row))
