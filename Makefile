@@ -31,7 +31,7 @@ $(STAMP): $(DEMO_STAMP) pyproject.toml
 	touch $(STAMP)
 
 # Two pytest workers, one test file each (module fixtures are built once). make test leaves
-# out the tests marked `heavy` (under 6 minutes on 2 cores); make test-all, which CI runs,
+# out the tests marked `heavy` (about 6.5 minutes on 2 cores); make test-all, which CI runs,
 # has them too. Tests marked `peer` (they need build/xplique-venv): make test-peers.
 test: $(STAMP)
 	$(PY) -m ruff check guidedbp tests benchmarks docs/hooks
