@@ -49,6 +49,8 @@ from guidedbp.errors import ArgumentError
 #: Cells per side by default: RISE's (the paper's and Xplique's 7), D-RISE's (its paper's
 #: 16, for objects smaller than the image), the others' (Xplique's Sobol grid, 8).
 RISE_GRID, DRISE_GRID, GRID = 7, 16, 8
+#: RISE's and D-RISE's masks where ``masks`` is ``None`` (:class:`BlackBoxOptions`).
+RISE_MASKS, DRISE_MASKS = 100, 500
 #: RISE draws its random masks in blocks of this many, whatever ``chunk``.
 _BLOCK = 1024
 #: The methods whose regions may be SLIC superpixels (``segments="slic"``).
@@ -80,13 +82,13 @@ class BlackBoxProbe(Probe):
     def rise(self) -> np.ndarray:
         options, grid = self._settings("rise")
         return rise(self.images, self.columns, self.scores, self.chunk, self.fill, self.keys,
-                    options.masks, grid, options.keep_probability)
+                    masks_of(options, "rise"), grid, options.keep_probability)
 
     def drise(self) -> np.ndarray:
         # RISE's estimator and masks; the score is the Detection target's similarity.
         options, grid = self._settings("drise")
         return rise(self.images, self.columns, self.scores, self.chunk, self.fill, self.keys,
-                    options.masks, grid, options.keep_probability)
+                    masks_of(options, "drise"), grid, options.keep_probability)
 
     def kernelshap(self) -> np.ndarray:
         options, grid = self._settings("kernelshap")
@@ -120,18 +122,31 @@ def grid_of(options: BlackBoxOptions, method: str, height: int, width: int) -> i
     return min(default, height, width)
 
 
+def masks_of(options: BlackBoxOptions, method: str) -> int:
+    """RISE's or D-RISE's masks per image: the option, else the method's default.
+
+    >>> masks_of(BlackBoxOptions(), "rise"), masks_of(BlackBoxOptions(), "drise")
+    (100, 500)
+    >>> masks_of(BlackBoxOptions(masks=64), "drise")
+    64
+    """
+    if options.masks is not None:
+        return options.masks
+    return DRISE_MASKS if method == "drise" else RISE_MASKS
+
+
 def passes_per_image(method: str, options: BlackBoxOptions, height: int, width: int) -> int:
     """The copies ``method`` scores per image: one forward pass each, ``chunk`` per batch
     (for KernelSHAP over SLIC superpixels, whose number each image sets, an upper bound).
 
     >>> [passes_per_image(m, BlackBoxOptions(), 224, 224)
     ...  for m in ("rise", "drise", "kernelshap", "lime", "sobol")]
-    [100, 100, 258, 256, 528]
+    [100, 500, 258, 256, 528]
     """
     grid = grid_of(options, method, height, width)
     cells = grid * grid
     if method in ("rise", "drise"):
-        return options.masks
+        return masks_of(options, method)
     if method == "lime":
         return options.samples
     if method == "sobol":

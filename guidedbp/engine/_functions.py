@@ -76,8 +76,10 @@ class TracedFunctions:
         it unless a pass of that signature was traced already: for ``columns``, else for
         the top class of ``output``, or, where that output is no ``(batch, classes)``, a
         score reading every unit of it (of every output when ``output`` is ``None``)."""
-        if key not in self._reports and columns is not None:
-            self.gradient(key, methods, columns).get_concrete_function()
+        if key not in self._reports and columns is not None:  # the first pass of them
+            first = _columns.traced_passes(columns)[0]
+            self.gradient(key, methods, _columns.pass_columns(columns, first)
+                          ).get_concrete_function()
         if key not in self._reports:
             try:
                 self.gradient(key, methods, (replace(_columns.CLASS, output=output),)
@@ -88,12 +90,13 @@ class TracedFunctions:
         return self._reports[key]
 
     def pass_report(self, key: tuple, methods: tuple, columns: tuple) -> _graph.Report:
-        """The report of the gradient pass of ``methods`` for ``columns`` (traced once):
-        its class activation maps' layer is the one those targets use (a detection's is
-        the last feature map its proposals share, where a class's is the one before the
-        output)."""
-        self.gradient(key, methods, columns).get_concrete_function()
-        return self._pass_reports[(key, methods, columns)]
+        """The report of the first gradient pass of ``methods`` that explains ``columns``
+        (:func:`~guidedbp.engine._columns.traced_passes`; traced once): its class
+        activation maps' layer is the one those targets use (a detection's is the last
+        feature map its proposals share, where a class's is the one before the output)."""
+        first = _columns.pass_columns(columns, _columns.traced_passes(columns)[0])
+        self.gradient(key, methods, first).get_concrete_function()
+        return self._pass_reports[(key, methods, first)]
 
     def newest_report(self) -> _graph.Report | None:
         """The report of the newest signature traced, or ``None`` before any trace."""
@@ -104,7 +107,9 @@ class TracedFunctions:
         """The gradient pass of ``methods`` for K targets per image, ``columns`` their
         :class:`~guidedbp.engine._columns.Column` (an int K: K classes): float32
         ``(B, *key)`` images, int32 ``(B, K)`` classes and K data tensors -> the outputs
-        of :func:`~guidedbp.engine._trace.attribute`."""
+        of :func:`~guidedbp.engine._trace.attribute`. The runners ask for a few columns at
+        a time (:func:`~guidedbp.engine._columns.traced_passes`): a trace's cost grows
+        faster than its columns."""
         if isinstance(columns, int):
             columns = (_columns.CLASS,) * columns
         if (key, methods, columns) not in self.gradient_functions:
@@ -146,8 +151,10 @@ class TracedFunctions:
         return self._predict_functions[(key, output)]
 
     def scores(self, key: tuple, columns: tuple) -> Function:
-        """The forward-only pass of signature ``key`` scoring ``columns``: images, classes,
-        data -> float32 ``(B, K)`` scores (the perturbation methods')."""
+        """The forward-only pass of signature ``key`` scoring the distinct ``columns``:
+        images, then per column int32 ``(B, k)`` classes and float32 ``(B, k, ...)`` data
+        -> per column float32 ``(B, k)`` scores (the perturbation methods'), traced
+        once whatever the number of targets ``k`` of each column."""
         if (key, columns) not in self._score_functions:
 
             def forward(images, targets, data):
@@ -156,8 +163,8 @@ class TracedFunctions:
 
             self._score_functions[(key, columns)] = tf.function(forward, input_signature=[
                 tf.TensorSpec((None, *key), tf.float32, name="images"),
-                tf.TensorSpec((None, len(columns)), tf.int32, name="targets"),
-                tuple(tf.TensorSpec((None, *column.data_shape), tf.float32)
+                tuple(tf.TensorSpec((None, None), tf.int32) for _ in columns),
+                tuple(tf.TensorSpec((None, None, *column.data_shape), tf.float32)
                       for column in columns),
             ], autograph=False)
         return self._score_functions[(key, columns)]

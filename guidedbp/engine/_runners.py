@@ -33,7 +33,7 @@ import numpy as np
 
 from guidedbp.engine import _averaging, _blackbox, _perturbation, _score_checks
 from guidedbp.engine import methods as registry
-from guidedbp.engine._columns import Columns
+from guidedbp.engine._columns import Columns, pass_columns, row_width, traced_passes
 from guidedbp.engine._functions import TracedFunctions
 from guidedbp.engine.options import MethodOptions
 
@@ -108,10 +108,11 @@ class GradientRunner(Runner):
     """Maps computed in the traced pass itself: guided, vanilla, deconvnet, the CAMs."""
 
     def __init__(self, functions: TracedFunctions, options: MethodOptions,
-                 check_memory: MemoryCheck):
+                 check_memory: MemoryCheck, progress: Progress | None = None):
         self.functions = functions
         self.options = options
         self.check_memory = check_memory
+        self.progress = progress
 
     def traced_methods(self, names: tuple[str, ...]) -> tuple[str, ...]:
         return names
@@ -119,30 +120,74 @@ class GradientRunner(Runner):
     def run(self, methods: tuple[str, ...], key: tuple, images: np.ndarray,
             columns: Columns, features: bool = False) -> Pass:
         """Gradient ``methods`` for K targets per image (``columns``; a class ``-r`` the
-        r-th most probable), from one forward pass per batch, with ``features`` the
-        feature map of the images."""
+        r-th most probable), with ``features`` the feature map of the images.
+
+        Each traced pass explains a few columns, one target each per row
+        (:func:`~guidedbp.engine._columns.traced_passes`): a column's many targets (an
+        image's top-K classes, its K detections) take ``ceil(K / 4)`` rows per image and
+        four columns, ``batch_size`` rows a pass, so that K targets cost K backward
+        passes, ``ceil(K / 4)`` forward passes and at most four traces whatever K (a
+        trace of K columns at once costs more than K times one). With several rows per
+        image, ``progress`` hears of each batch of them."""
         batch_size = self.options.batch_size
-        self.check_memory(images.shape[1:], columns.width, methods,
-                          batch=min(len(images), batch_size))
-        function = self.functions.gradient(key, methods, columns.specs)
-        parts = []
-        with _score_checks.one_line():  # a score checked only as it runs: the first batch
-            for start in range(0, len(images), batch_size):
-                part = columns.slice(start, start + batch_size)
-                parts.append(function(images[start : start + batch_size], part.classes,
-                                      part.data))
-        joined = {name: np.concatenate([p[name].numpy() for p in parts])
-                  for name in ("targets", "logits", "probabilities", "class_probabilities")}
-        resolved = tuple(np.concatenate([p["resolved"][column].numpy() for p in parts])
-                         for column in range(columns.width))
-        fixed = replace(columns, classes=joined["targets"].astype(np.int32), data=resolved,
+        count = len(images)
+        width = columns.width
+        maps = {m: [None] * width for m in methods}
+        fields = {name: [None] * width for name in ("targets", "logits", "probabilities")}
+        resolved: list = [None] * width
+        class_probabilities = found_features = None
+        first_class = next((index for index, spec in enumerate(columns.specs)
+                            if spec.kind == "class"), None)
+        for indices in traced_passes(columns.specs):
+            specs = pass_columns(columns.specs, indices)
+            self.check_memory(images.shape[1:], len(specs), methods,
+                              batch=min(count, batch_size))
+            per_image = row_width(indices)
+            total = count * per_image
+            function = self.functions.gradient(key, methods, specs)
+            parts = []
+            with _score_checks.one_line():  # a score checked only as it runs: the first batch
+                for start in range(0, total, batch_size):
+                    rows = np.arange(start, min(start + batch_size, total))
+                    part = columns.rows(indices, rows)
+                    parts.append(function(images[rows // per_image], part.classes, part.data))
+                    if self.progress is not None and per_image > 1:
+                        self.progress(",".join(methods) or "targets", int(rows[-1]) + 1, total)
+
+            def joined(read, parts=parts, per_image=per_image) -> np.ndarray:
+                rows = np.concatenate([read(p).numpy() for p in parts])
+                return rows.reshape(count, per_image, *rows.shape[1:])  # (N, slot, ...)
+
+            def place(into: list, found, by_column: bool = False, indices=indices) -> None:
+                """Each target's values: ``found`` ``(N, slot, column, ...)``, or one
+                ``(N, slot, ...)`` per column."""
+                for position, targets in enumerate(indices):
+                    for slot, index in enumerate(targets):
+                        into[index] = (found[position][:, slot] if by_column
+                                       else found[:, slot, position])
+
+            for m in methods:
+                place(maps[m], joined(lambda p, m=m: p["maps"][m]))
+            for name, values in fields.items():
+                place(values, joined(lambda p, name=name: p[name]))
+            place(resolved, [joined(lambda p, d=d: p["resolved"][d]) for d in range(len(specs))],
+                  by_column=True)
+            if any(first_class in targets for targets in indices):  # the first class's
+                class_probabilities = joined(lambda p: p["class_probabilities"])[:, 0]
+            if features and found_features is None:
+                found_features = joined(lambda p: p["features"])[:, 0]
+        fixed = replace(columns, classes=np.stack(fields["targets"], axis=1).astype(np.int32),
+                        data=tuple(resolved),
                         specs=tuple(replace(spec, auto=False) for spec in columns.specs))
         return Pass(
-            maps={m: np.concatenate([p["maps"][m].numpy() for p in parts]) for m in methods},
+            maps={m: np.stack(maps[m], axis=1) for m in methods},
             columns=fixed,
-            features=(np.concatenate([p["features"].numpy() for p in parts]) if features
-                      else None),
-            **joined,
+            targets=fixed.classes,
+            logits=np.stack(fields["logits"], axis=1),
+            probabilities=np.stack(fields["probabilities"], axis=1),
+            class_probabilities=(class_probabilities if class_probabilities is not None
+                                 else np.zeros((count, 0), np.float32)),
+            features=found_features,
         )
 
     def maps(self, names, key, images, columns, traced):
@@ -180,12 +225,20 @@ class PerturbationRunner(Runner):
                 return np.take_along_axis(predict(batch)[0].numpy(), columns.classes[rows],
                                           axis=1)
         else:
-            function = self.functions.scores(key, columns.specs)
+            groups = columns.groups()
+            function = self.functions.scores(key, tuple(spec for spec, _ in groups))
 
             def scores(batch: np.ndarray, rows: np.ndarray) -> np.ndarray:
                 part = columns.take(rows)
                 with _score_checks.one_line():  # perturbed copies may score otherwise
-                    return function(batch, part.classes, part.data).numpy()
+                    found = function(
+                        batch, tuple(part.classes[:, indices] for _, indices in groups),
+                        tuple(np.stack([part.data[i] for i in indices], axis=1)
+                              for _, indices in groups))
+                joined = np.empty((len(batch), columns.width), np.float32)
+                for (_, indices), values in zip(groups, found):
+                    joined[:, indices] = values.numpy()
+                return joined
 
         probe = _blackbox.BlackBoxProbe(
             images, columns.width, scores, self.options.batch_size, self.options,
@@ -316,7 +369,7 @@ class MethodRunners:
                  options: MethodOptions, check_memory: MemoryCheck, pixel_values: PixelValues,
                  progress: Progress | None = None):
         self.functions = functions
-        self.gradient = GradientRunner(functions, options, check_memory)
+        self.gradient = GradientRunner(functions, options, check_memory, progress)
         every = {
             registry.GRADIENT: self.gradient,
             registry.PERTURBATION: PerturbationRunner(functions, options, pixel_values,

@@ -1,6 +1,6 @@
 """The checks of a target's score, where the traced pass computes it.
 
-Every method reads a target's score from :func:`guidedbp.engine._columns.score` (the
+Every method reads a target's score from :func:`guidedbp.engine._scoring.score` (the
 gradient methods differentiate it, the perturbation methods watch it move), so it is
 checked there once, for all of them: a :class:`~guidedbp.engine.targets.Score` function
 must return numbers, one per image, shape ``(batch,)``; a

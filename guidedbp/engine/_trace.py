@@ -26,7 +26,15 @@ from dataclasses import dataclass, field, replace
 import tensorflow as tf
 
 from guidedbp import _outputs
-from guidedbp.engine import _activations, _columns, _detections, _gradcam, _graph, _tokens
+from guidedbp.engine import (
+    _activations,
+    _columns,
+    _detections,
+    _gradcam,
+    _graph,
+    _scoring,
+    _tokens,
+)
 from guidedbp.engine.methods import RELU_RULES, method
 
 #: Each swapping rule's scope when the explainer names none (``guide=None``): the
@@ -71,26 +79,28 @@ def predict(model, images, output=None):
     ``(N, max(classes, 2))`` each: one forward pass, no gradient override."""
     raw = model(images, training=False)
     selected = _outputs.select(model, raw, output)
-    selected = _columns._one_tensor(model, raw, selected, _columns.CLASS, "class scores")
+    selected = _scoring.one_tensor(model, raw, selected, "class scores")
     logits, head, _ = _graph.find_logits(selected)
     _check_logits(logits, selected)
-    _columns.refuse_a_value(logits, head, replace(_columns.CLASS, output=output))
+    _scoring.refuse_a_value(logits, head, replace(_columns.CLASS, output=output))
     return _graph.class_scores(logits, selected, head)
 
 
 def target_scores(model, images, classes, data, columns):
-    """The K columns' float32 scores ``(N, K)`` (classes resolved as given): one forward
-    pass, no gradient override (the perturbation methods')."""
+    """The distinct ``columns``' float32 scores, ``(N, k_d)`` for column ``d``'s k_d
+    targets per image (``classes[d]`` ``(N, k_d)``, resolved as given; ``data[d]``
+    ``(N, k_d, ...)``): one forward pass, no gradient override (the perturbation
+    methods'), traced once whatever the k_d."""
     raw = model(images, training=False)
-    return _columns.score(model, raw, columns, classes, data,
-                          _detections.image_size(images)).scores
+    return _scoring.score_rows(model, raw, columns, classes, data,
+                               _detections.image_size(images))
 
 
 def raw_output(model, images, output=None):
     """The output ``output`` names, float32, flattened per image: ``(N, size)``."""
     raw = model(images, training=False)
     selected = _outputs.select(model, raw, output)
-    selected = _columns._one_tensor(model, raw, selected, _columns.CLASS, "an embedding")
+    selected = _scoring.one_tensor(model, raw, selected, "an embedding")
     return tf.reshape(tf.cast(selected, tf.float32), [tf.shape(selected)[0], -1])
 
 
@@ -119,7 +129,7 @@ def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
         ``(outputs, report)``: outputs is a dict with ``maps`` (method -> float32
         ``(N, K, ...)`` maps), ``targets``, ``logits`` (the scores), ``probabilities``
         (each ``(N, K)``), ``class_probabilities`` ``(N, classes)``, ``resolved`` (K
-        tensors: what each column resolved, see :class:`._columns.Scored`) and, with
+        tensors: what each column resolved, see :class:`._scoring.Scored`) and, with
         ``features``, ``features`` (float32 ``(N, h, w, k)``, a token layer's grid);
         report a :class:`~guidedbp.engine._graph.Report`.
     """
@@ -140,7 +150,7 @@ def attribute(model, images, classes, data, columns, methods: tuple[str, ...],
     built_relus = _graph.built_function_relus(forward_ops) if swapped else []
     _graph.set_gradient(built_relus, _graph.GUIDED_GRADIENT)
 
-    scored = _columns.score(model, raw, columns, classes, data, _detections.image_size(images))
+    scored = _scoring.score(model, raw, columns, classes, data, _detections.image_size(images))
     # The ReLUs between the images and what the targets read: those the rules can change
     # (a ReLU on a weight, or on another output's path, is counted in no scope).
     relus = _activations.on_path(_graph.relu_ops(forward_ops), images, scored.ends)

@@ -45,7 +45,15 @@ from guidedbp.engine import (
     detect,
 )
 from guidedbp.engine import methods as registry
-from guidedbp.engine._columns import Column, Columns, NotAClass, NotAClassifier, columns_of
+from guidedbp.engine._columns import (
+    Column,
+    Columns,
+    NotAClass,
+    NotAClassifier,
+    columns_of,
+    pass_columns,
+    traced_passes,
+)
 from guidedbp.engine._functions import TracedFunctions
 from guidedbp.engine._runners import MethodRunners, Pass, Progress, hands_out_features
 from guidedbp.engine.explanation import Explanation, NoReluWarning, ValueOutputWarning
@@ -136,7 +144,10 @@ class Explainer:
             perturbation method (occlusion, Score-CAM, RISE, KernelSHAP, LIME, Sobol) with
             the copies that call has scored so far and its total (for KernelSHAP over
             SLIC superpixels, an upper bound): black-box runs take minutes per image on
-            large models, and the CLI's progress bar shows them moving.
+            large models, and the CLI's progress bar shows them moving. With several
+            targets per image (top-K classes, K detections), also after each batch of
+            the gradient pass's rows (an image and one target each), named by the
+            methods (``"targets"`` where the pass computes no map).
 
     Raises:
         ValueError: For an unknown method or a bad argument; for ``precision="mixed"``
@@ -301,9 +312,12 @@ class Explainer:
             clean, by_method={m: maps[m] for m in self.methods}))
 
     def explain_targets(self, images, targets: Sequence[TargetLike]) -> list[Explanation]:
-        """Several targets for every image, in that order, from one forward pass: one
-        :class:`Explanation` per target (classes, units, regions, similarities, score
-        functions, mixed as needed).
+        """Several targets for every image, in that order: one :class:`Explanation` per
+        target (classes, units, regions, similarities, score functions, detections,
+        mixed as needed). Up to four share one forward pass, each target its own
+        backward pass; more take a forward pass per four, traced at most four times for
+        one kind of target whatever their number (a trace of K targets at once would
+        grow faster than K).
 
         >>> import numpy as np, keras
         >>> from guidedbp.engine.targets import Unit
@@ -326,9 +340,10 @@ class Explainer:
         """Each image's ``k`` most probable classes (fewer if the model has fewer), most
         probable first: one :class:`Explanation` per rank.
 
-        The ranks share one forward pass (k backward passes), and the perturbation
-        methods' forward passes, unless SmoothGrad or integrated gradients average many
-        passes anyway. Ties go to the lower class index.
+        The ranks share the forward pass four at a time (k backward passes, at most four
+        traces whatever k), and the perturbation methods' forward passes, unless
+        SmoothGrad or integrated gradients average many passes anyway. Ties go to the
+        lower class index.
         """
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ArgumentError(f"k={k!r} must be a positive integer")
@@ -342,8 +357,8 @@ class Explainer:
                     key, images, Columns.of_classes(ranks, self.output))]
 
     def explain_classes(self, images, classes: Sequence[int]) -> list[Explanation]:
-        """The same ``classes`` for every image, in that order, from one forward pass:
-        one :class:`Explanation` per class."""
+        """The same ``classes`` for every image, in that order, four a forward pass (as
+        :meth:`explain_top_k`): one :class:`Explanation` per class."""
         self._check_bound([None])
         images = _inputs.as_images(images)
         key = self._traced.signature(images.shape[1:])
@@ -570,7 +585,10 @@ class Explainer:
     def _classes_in(self, key: tuple, specs: tuple) -> int:
         """How many classes the first class target of ``specs`` chooses from, read off
         the traced pass (traced anyway to explain them)."""
-        function = self._traced.gradient(key, self._runs.clean, specs)
+        first = next((i for i, spec in enumerate(specs) if spec.kind == "class"), 0)
+        layout = next(layout for layout in traced_passes(specs)
+                      if any(first in targets for targets in layout))
+        function = self._traced.gradient(key, self._runs.clean, pass_columns(specs, layout))
         return int(function.get_concrete_function().structured_outputs[
             "class_probabilities"].shape[-1])
 

@@ -2,9 +2,11 @@
 
 A target turns the model's output into one score per image, ``(B,)``; every method
 explains that score (the gradient methods differentiate it, the perturbation methods
-watch it move). Several targets share one forward pass
+watch it move). Up to four targets share one forward pass
 (:meth:`~guidedbp.engine.explainer.Explainer.explain_targets`), as the classes of
-:meth:`~guidedbp.engine.explainer.Explainer.explain_top_k` do.
+:meth:`~guidedbp.engine.explainer.Explainer.explain_top_k` do; more take a forward pass
+per four, each target its own backward pass, with at most four traces per kind of target
+whatever their number.
 
 - :class:`Class` ``(c)``: today's rule, the logit behind a softmax or sigmoid head.
 - :class:`Unit` ``(i)``: one raw output unit, nothing stripped (a regression output,
