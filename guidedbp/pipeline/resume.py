@@ -2,7 +2,8 @@
 
 An input is carried over, neither decoded nor computed, only when its earlier record
 is ``ok``, was made the same way (its ``made_by``: the same model content, maths,
-method options and render options, :mod:`guidedbp.io.made_by`), for the same methods,
+method options and render options, :mod:`guidedbp.io.made_by`) of the same input file
+(its ``input_file``: :mod:`guidedbp.io.source`), for the same methods,
 guide and classes or targets, names exactly the outputs this run would write, and
 every one of those files is whole. Any other earlier record is recomputed, and counted
 by the reason (:data:`guidedbp.io.made_by.REASONS`) in the run's summary.
@@ -15,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from guidedbp.figures import is_own_figure
-from guidedbp.io import made_by, store
+from guidedbp.io import made_by, source, store
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.write import is_own_png, is_whole_png
 from guidedbp.pipeline.detections import same_ranked
@@ -89,6 +90,11 @@ def stale_reason(plan: Plan, item: InputItem, record: dict) -> str | None:
     reason = made_by.difference(record.get(made_by.FIELD), plan.made_by)
     if reason is not None:
         return reason
+    recorded = record.get(source.FIELD)
+    if recorded is None:
+        return "input_unfingerprinted"
+    if not source.unchanged(recorded, item):
+        return "input"  # replaced at the same path, or changed in place
     if record.get("method") != ",".join(options.methods) \
             or _scopes(record.get("guided")) != _scopes(plan.guided):
         return "options"  # another --guide: other maps

@@ -20,7 +20,7 @@ from guidedbp._text import layer_note, method_at_layer, one_line
 from guidedbp.caveats import NON_FINITE_SCORE, Caveat, unique
 from guidedbp.engine.methods import method
 from guidedbp.figures import is_own_figure, is_whole_figure
-from guidedbp.io import store
+from guidedbp.io import source, store
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.write import atomic_write_bytes, encode_npy, encode_png, is_own_png, is_whole_png
 from guidedbp.models.preprocess import resize_map, resize_picture
@@ -144,6 +144,8 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
             targets.append(_target_record(plan, prepared, entry, planned, outputs, raw, title,
                                           extras.pixels))
     written = record(plan, prepared.item, "ok", None, targets, caveats)
+    if prepared.source is not None:  # what the input was: a resumed run compares it
+        written[source.FIELD] = prepared.source
     if prepared.found is not None:  # detections=K: how many the model found
         written["detections"] = {"top": plan.targets.detections, "found": prepared.found,
                                  "threshold": plan.targets.threshold}
