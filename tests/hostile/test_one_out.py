@@ -170,3 +170,150 @@ def test_a_first_record_over_a_mebibyte_on_a_store(bucket):
     store.put(store.join(bucket, "other.jsonl"),
               b'{"notes": "' + b"y" * (2 * FIRST_LINE_LIMIT) + b'"}\n')
     assert not is_manifest(store.join(bucket, "other.jsonl"))
+
+
+# -- 12. one OUT, one family of runs -------------------------------------------------------------
+
+
+def maps(out) -> dict[str, bytes]:
+    return {str(path.relative_to(out)): path.read_bytes()
+            for path in sorted(Path(out).rglob("*")) if path.suffix in (".png", ".npy")}
+
+
+def test_a_shard_run_into_a_plain_runs_out_is_refused_before_writing(models, here):
+    """The issue's case: a shard run with another model rewrote every map while
+    manifest.jsonl still named the first model, and resuming then trusted them."""
+    explain(models["a"], "out")
+    before = maps("out")
+    result = explain(models["b"], "out", "--shard", "0/1", code=None)
+    assert_one_line_error(result, "'out' holds the manifest of a run that is not sharded")
+    assert maps("out") == before and not (here / "out" / "manifest-0-of-1.jsonl").exists()
+    assert summary(explain(models["a"], "out", "--skip-existing")).startswith(
+        f"0 explained, {COUNT} skipped (outputs exist) in ")
+
+
+def test_a_plain_run_into_shards_needs_their_merge_then_takes_the_out_over(models, here):
+    for shard in ("0/2", "1/2"):
+        explain(models["a"], "out", "--shard", shard)
+    before = maps("out")
+    assert_one_line_error(explain(models["a"], "out", code=None),
+                          "holds the manifests of a run in 2 shards",
+                          "no manifest.jsonl that merges them", "merge-manifests")
+    assert_one_line_error(explain(models["a"], "out", "--shard", "0/3", code=None),
+                          "holds the manifests of a run in 2 shards", "not 3")
+    assert maps("out") == before
+    run_cli("merge-manifests", "out", code=0)
+    merged = records("out")
+    result = explain(models["a"], "out", "--skip-existing")
+    assert summary(result).startswith(f"0 explained, {COUNT} skipped (outputs exist) in ")
+    assert sorted(records("out"), key=lambda r: r["input"]) == \
+        sorted(merged, key=lambda r: r["input"])  # in input order, not the shards'
+    # Taken over: the shard manifests, whose records manifest.jsonl holds, are gone, so no
+    # manifest names maps that a later run rewrites.
+    assert sorted(path.name for path in (here / "out").glob("manifest*")) == ["manifest.jsonl"]
+    assert_one_line_error(explain(models["a"], "out", "--shard", "0/2", code=None),
+                          "holds the manifest of a run that is not sharded")
+
+
+def test_a_merge_its_shards_changed_since_is_not_trusted(models, here):
+    for shard in ("0/2", "1/2"):
+        explain(models["a"], "out", "--shard", shard)
+    run_cli("merge-manifests", "out", code=0)
+    # A shard of a merged OUT is resumed (here with another model): the merge is stale.
+    explain(models["b"], "out", "--shard", "0/2", "--skip-existing")
+    after = maps("out")
+    assert_one_line_error(explain(models["b"], "out", "--skip-existing", code=None),
+                          "holds the manifests of a run in 2 shards", "cannot be merged",
+                          "made by another model")
+    explain(models["b"], "out", "--shard", "1/2", "--skip-existing")
+    assert_one_line_error(explain(models["b"], "out", "--skip-existing", code=None),
+                          "manifest.jsonl does not merge as they are now")
+    assert maps("out") != after  # shard 1 was recomputed by b
+    run_cli("merge-manifests", "out", code=0)
+    result = explain(models["b"], "out", "--skip-existing")
+    assert summary(result).startswith(f"0 explained, {COUNT} skipped (outputs exist) in ")
+
+
+def test_no_run_of_another_family_beside_a_live_one(models, here):
+    from guidedbp.io.lock import OutputLock
+
+    (here / "out").mkdir()
+    with OutputLock(here / "out", "manifest.jsonl"):  # a run that is not sharded, live
+        line = assert_one_line_error(explain(models["a"], "out", "--shard", "0/2", code=None),
+                                     "is being written by another guidedbp run",
+                                     "writing manifest.jsonl")
+        assert f"pid {os.getpid()}" in line
+        assert_one_line_error(run_cli("merge-manifests", "out"), "being written by another")
+    with OutputLock(here / "out", "manifest-1-of-2.jsonl"):  # a shard, live
+        assert_one_line_error(explain(models["a"], "out", code=None),
+                              "writing manifest-1-of-2.jsonl")
+        assert_one_line_error(explain(models["a"], "out", "--shard", "0/3", code=None),
+                              "writing manifest-1-of-2.jsonl")
+        explain(models["a"], "out", "--shard", "0/2")  # the same run's other shard: welcome
+        assert_one_line_error(run_cli("merge-manifests", "out"),
+                              "manifest-1-of-2.jsonl is being written by a guidedbp run")
+    assert not list((here / "out").glob(".*.lock"))
+
+
+def test_one_family_per_prefix_on_a_store(models, here, bucket):
+    from guidedbp.io.lock import ObjectLock
+
+    from .. import s3server
+
+    s3server.upload(str(here / "images"), f"{bucket}/images")
+    out = f"{bucket}/maps"
+    explain(models["a"], out, inputs=f"{bucket}/images/")
+    before = s3server.objects(out)
+    assert_one_line_error(explain(models["b"], out, "--shard", "0/1", code=None,
+                                  inputs=f"{bucket}/images/"),
+                          "holds the manifest of a run that is not sharded")
+    assert s3server.objects(out) == before
+    with ObjectLock(f"{bucket}/other", "manifest-0-of-2.jsonl"):  # a live shard
+        assert_one_line_error(explain(models["a"], f"{bucket}/other", code=None,
+                                      inputs=f"{bucket}/images/"),
+                              "writing manifest-0-of-2.jsonl")
+
+
+# -- 24. a render-only change ------------------------------------------------------------------
+
+
+def test_a_render_only_change_leaves_no_file_of_the_old_render(models, here):
+    explain(models["a"], "out", "--render", "color,overlay", "--raw")
+    assert len(maps("out")) == 3 * COUNT
+    (here / "out" / "notes.txt").write_text("mine")
+    result = explain(models["a"], "out", "--render", "overlay", "--skip-existing")
+    assert f"{COUNT} recomputed (drawn with other render options)" in summary(result)
+    listed = {path for record in records("out") for target in record["targets"]
+              for path in target["outputs"].values()}
+    assert set(maps("out")) == listed and len(listed) == COUNT  # the overlays alone
+    assert (here / "out" / "notes.txt").read_text() == "mine"
+    # Class names in the file names: the same, under the new names.
+    labels = here / "labels.txt"
+    labels.write_text("red\ngreen\nblue\n")
+    explain(models["a"], "out", "--render", "overlay", "--top-k", "1", "--labels", labels)
+    listed = {path for record in records("out") for target in record["targets"]
+              for path in target["outputs"].values()}
+    assert set(maps("out")) == listed and all(".guided." in p for p in listed)
+
+
+def test_only_our_own_files_inside_out_are_ever_removed(models, here, tmp_path_factory):
+    explain(models["a"], "out", "--render", "color")
+    outside = tmp_path_factory.mktemp("outside")
+    own = next(iter(sorted((here / "out" / "images").glob("*.png")))).read_bytes()
+    for name in ("outside.png", "behind-link.png"):
+        (outside / name).write_bytes(own)  # guidedbp's PNGs, outside OUT
+    (here / "out" / "linked").symlink_to(outside, target_is_directory=True)
+    (here / "out" / "images" / "user.png").write_bytes((here / "images" / "img0000.png")
+                                                       .read_bytes())  # no mark: the user's
+    manifest = here / "out" / "manifest.jsonl"
+    hostile = records("out")
+    hostile[0]["targets"][0]["outputs"].update({
+        "a": f"../../{outside.name}/outside.png", "b": "linked/behind-link.png",
+        "c": "images/user.png", "d": str(outside / "outside.png")})
+    manifest.write_text("".join(json.dumps(record) + "\n" for record in hostile))
+    explain(models["a"], "out", "--render", "overlay")
+    assert (outside / "outside.png").read_bytes() == own == \
+        (outside / "behind-link.png").read_bytes()
+    assert (here / "out" / "images" / "user.png").exists()
+    assert (here / "out" / "linked").is_symlink()
+    assert not list((here / "out" / "images").glob("*.color.png"))  # ours: removed
