@@ -5,7 +5,9 @@ holder exits, however it exits, so a killed run never leaves it stuck (at most t
 empty file, which the next run takes over). A run that ends removes the file. It
 also says who holds it (pid, host, start time), for the refusal message. Shards of
 one run (``manifest-K-of-N.jsonl``) lock their own manifests, so an array job's
-tasks can share one OUT.
+tasks can share one OUT; which runs may share one is decided by the pipeline
+(:mod:`guidedbp.pipeline.family`), which asks :func:`live_holder` whether another
+manifest's lock is held.
 """
 
 from __future__ import annotations
