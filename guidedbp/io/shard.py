@@ -274,9 +274,11 @@ def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
     folder = os.fspath(folder)
     target = store.join(folder, MERGED_MANIFEST) if store.is_url(folder) else \
         os.path.join(folder, MERGED_MANIFEST)
+    _refuse_live_shards(folder)  # what is wrong with the shards first, before a lock
+    _listed(folder)
     with output_lock(folder, MERGED_MANIFEST):
         _refuse_live_shards(folder)
-        shards, data = merged(folder)
+        shards, data = merged(folder)  # as they are under the lock
         try:  # as explain refuses it: a file of the user's, or a link, is never replaced
             check_own_manifest(target)
         except GuidedbpError as error:
@@ -315,6 +317,14 @@ def _refuse_live_shards(folder: str) -> None:
                               "merge once every shard has finished")
 
 
+def _listed(folder: str) -> dict[int, _ShardFile]:
+    try:
+        return _shard_files(folder)
+    except OSError as error:  # the folder itself cannot be listed
+        raise ShardError(f"{folder}: cannot list it ({one_line(error.strerror or error)})") \
+            from None
+
+
 def merged(folder: str) -> tuple[dict[int, _ShardFile], bytes]:
     """The shard manifests of ``folder`` by K, and the bytes :func:`merge_manifests`
     writes of them into ``folder/manifest.jsonl`` (nothing is written).
@@ -322,11 +332,7 @@ def merged(folder: str) -> tuple[dict[int, _ShardFile], bytes]:
     Raises:
         ShardError: As :func:`merge_manifests` refuses them.
     """
-    try:
-        shards = _shard_files(folder)
-    except OSError as error:  # the folder itself cannot be listed
-        raise ShardError(f"{folder}: cannot list it ({one_line(error.strerror or error)})") \
-            from None
+    shards = _listed(folder)
     records, seen = [], {}
     first: tuple[_ShardFile, dict] | None = None  # the first record, and its shard
     for index in range(len(shards)):

@@ -243,7 +243,10 @@ def test_no_run_of_another_family_beside_a_live_one(models, here):
                                      "is being written by another guidedbp run",
                                      "writing manifest.jsonl")
         assert f"pid {os.getpid()}" in line
-        assert_one_line_error(run_cli("merge-manifests", "out"), "being written by another")
+    explain(models["a"], "merged", "--shard", "0/1")
+    run_cli("merge-manifests", "merged", code=0)
+    with OutputLock(here / "merged", "manifest.jsonl"):  # taking the merged OUT over
+        assert_one_line_error(run_cli("merge-manifests", "merged"), "being written by another")
     with OutputLock(here / "out", "manifest-1-of-2.jsonl"):  # a shard, live
         assert_one_line_error(explain(models["a"], "out", code=None),
                               "writing manifest-1-of-2.jsonl")
