@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 
 from guidedbp.io import store
 from guidedbp.io.inputs import InputItem
@@ -74,14 +75,8 @@ def _content_digest(path: str) -> str:
     descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
                          | getattr(os, "O_BINARY", 0))
     with os.fdopen(descriptor, "rb") as handle:
-        if not _is_regular(handle):
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             raise OSError(f"{path!r} is not a regular file")
         for block in iter(lambda: handle.read(_BLOCK), b""):
             digest.update(block)
     return digest.hexdigest()[:_DIGEST_LENGTH]
-
-
-def _is_regular(handle) -> bool:
-    import stat
-
-    return stat.S_ISREG(os.fstat(handle.fileno()).st_mode)
