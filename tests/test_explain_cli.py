@@ -46,7 +46,7 @@ from .models import colour_cnn
 LABELS = ["cat", "dog", "bird"]
 ALL_RENDERS = ",".join(RENDERS)
 RECORD_KEYS = {"input", "status", "error", "class", "label", "score", "method", "guided",
-               "layers", "outputs", "raw", "targets", "caveats", "made_by"}
+               "layers", "outputs", "raw", "targets", "caveats", "input_file", "made_by"}
 TARGET_KEYS = {"class", "label", "score", "outputs", "raw", "caveats"}
 REPO = Path(__file__).resolve().parents[1]
 FLAT_COUNT = 320

@@ -302,8 +302,8 @@ def assert_same_as_local(local, out: str) -> None:
     # Each input once, in input order; every other field as the local run's.
     assert [record["input"].rsplit("/", 1)[-1] for record in records] == \
         [record["input"].rsplit("/", 1)[-1] for record in local.records]
-    assert [{**r, "input": None} for r in records] == \
-        [{**r, "input": None} for r in local.records]
+    assert [{**r, "input": None, "input_file": None} for r in records] == \
+        [{**r, "input": None, "input_file": None} for r in local.records]
 
 
 def worker_node_ids(cluster) -> set[str]:

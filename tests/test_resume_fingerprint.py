@@ -210,6 +210,41 @@ def test_the_same_model_at_another_path_or_saved_again_carries_over(models, imag
             [{**r, "made_by": None} for r in first]
 
 
+def test_the_same_model_saved_in_another_process_has_one_digest(tmp_path):
+    """Keras writes ``id()`` of the objects its layers share (``shared_object_id``) into
+    ``config.json``: another number in every process. The same model saved by two
+    processes, or loaded and saved again, is one model; one weight changed, it is another."""
+    import subprocess
+    import sys
+
+    from guidedbp.models.digest import file_digest
+
+    from .helpers import REPO, subprocess_environment
+
+    saved = [tmp_path / f"process{index}.keras" for index in range(2)]
+    processes = [subprocess.Popen([sys.executable, "-c", "import sys; from tests.models import "
+                                   "tiny_cnn; tiny_cnn(1).save(sys.argv[1])", str(path)],
+                                  cwd=REPO, env=subprocess_environment()) for path in saved]
+    assert [process.wait(timeout=300) for process in processes] == [0, 0]
+
+    def config(path) -> bytes:
+        with zipfile.ZipFile(path) as archive:
+            return archive.read("config.json")
+
+    assert b'"shared_object_id"' in config(saved[0])
+    assert config(saved[0]) != config(saved[1])  # the ids differ
+    assert file_digest(saved[0]) == file_digest(saved[1])
+    loaded = keras.models.load_model(saved[0])
+    loaded.save(tmp_path / "loaded-and-saved.keras")
+    assert b'"shared_object_id"' not in config(tmp_path / "loaded-and-saved.keras")
+    assert file_digest(tmp_path / "loaded-and-saved.keras") == file_digest(saved[0])
+    weights = loaded.get_weights()
+    weights[0][0, 0, 0, 0] += 1e-3
+    loaded.set_weights(weights)
+    loaded.save(tmp_path / "changed.keras")
+    assert file_digest(tmp_path / "changed.keras") != file_digest(saved[0])
+
+
 def test_an_h5_files_digest_is_its_sha256(models, images, tmp_path):
     out = tmp_path / "out"
     _explain(models["a.h5"], images, out)

@@ -66,11 +66,16 @@ def store_records(url: str) -> list[dict]:
 
 
 def same_records(remote: list[dict], local: list[dict], url_root: str, local_root) -> None:
-    """The records agree field for field, the input a URL where the local one is a path."""
+    """The records agree field for field, the input a URL where the local one is a path,
+    and its fingerprint an object's (size and ETag) where the local one is a file's."""
     assert len(remote) == len(local)
     for a, b in zip(remote, local):
         assert a["input"] == store.join(url_root, os.path.relpath(b["input"], local_root))
-        assert {**a, "input": None} == {**b, "input": None}
+        if b["input_file"] is not None:  # an ok record's
+            assert a["input_file"]["size"] == b["input_file"]["size"]
+            assert set(a["input_file"]) == {"size", "etag"} and a["input_file"]["etag"]
+        assert {**a, "input": None, "input_file": None} == \
+            {**b, "input": None, "input_file": None}
 
 
 def test_bucket_to_bucket_is_the_local_run_byte_for_byte(model, workspace, tree, bucket):

@@ -120,8 +120,8 @@ def test_mask_dir_as_a_url_gives_the_maps_of_the_local_mask_folder(ws, bucket, t
     remote = _records(f"{bucket}/maps")
     assert [record["input"] for record in remote] == [f"{bucket}/photos/{name}"
                                                       for name in INPUTS]
-    assert [{**r, "input": None} for r in remote] == [{**r, "input": None}
-                                                       for r in _records(local)]
+    assert [{**r, "input": None, "input_file": None} for r in remote] == \
+        [{**r, "input": None, "input_file": None} for r in _records(local)]
 
 
 def test_a_missing_mask_on_the_store_fails_that_input_naming_where_it_looked(ws, bucket,

@@ -506,8 +506,8 @@ def test_a_kill_mid_run_leaves_whole_objects_and_skip_existing_resumes_from_the_
     local_records = read_manifest(local / "manifest.jsonl")
     assert [record["input"] for record in remote_records] == \
         [f"{root}/flat/{Path(record['input']).name}" for record in local_records]
-    assert [{**record, "input": None} for record in remote_records] == \
-        [{**record, "input": None} for record in local_records]
+    assert [{**record, "input": None, "input_file": None} for record in remote_records] == \
+        [{**record, "input": None, "input_file": None} for record in local_records]
     assert b'content="guidedbp"' in final["index.html"]
 
 
@@ -652,8 +652,8 @@ def test_shards_merge_and_report_on_the_store(model, root, workspace):
     remote, wanted = _records(out), read_manifest(local / "manifest.jsonl")
     assert [record["input"] for record in remote] == \
         [f"{root}/in/{Path(record['input']).name}" for record in wanted]
-    assert [{**record, "input": None} for record in remote] == \
-        [{**record, "input": None} for record in wanted]
+    assert [{**record, "input": None, "input_file": None} for record in remote] == \
+        [{**record, "input": None, "input_file": None} for record in wanted]
     page = _objects(out)["index.html"]
     assert b'content="guidedbp"' in page
     store.delete(f"{out}/index.html")

@@ -20,8 +20,9 @@ def merge_command(output: str) -> None:
     a line is not a UTF-8 JSON object with an "input", an input appears in two
     shards, shards were made differently (by another model, with other options that
     change the maps or pictures, or before records said what made them: explain the
-    odd shard again with --skip-existing), or OUT/manifest.jsonl is a file guidedbp
-    did not write or a link (as explain refuses it). N counts only as far as the
+    odd shard again with --skip-existing), OUT/manifest.jsonl is a file guidedbp
+    did not write or a link (as explain refuses it), or a run still writes into OUT
+    (a shard, or a run without --shard). N counts only as far as the
     shard files there are. Every shard is checked before OUT/manifest.jsonl is
     replaced, whole, by a rename, so a refused merge leaves it as it was; the shard
     manifests are always left in place.

@@ -51,6 +51,8 @@ class InputItem:
         argument: The INPUT argument that named or found it.
         skipped: Why it is not explained, for an object listed on a store that no output
             path can name (:data:`EMPTY_SEGMENT`); ``None`` for an image to explain.
+        version: An object's ``(size, ETag)`` as the listing that found it gave them
+            (:func:`guidedbp.io.store.version`); ``None`` for a local file.
     """
 
     path: str
@@ -58,6 +60,7 @@ class InputItem:
     root: str = "."
     argument: str = ""
     skipped: str | None = None
+    version: tuple | None = None
 
     @property
     def relative(self) -> str:
@@ -228,10 +231,11 @@ def _collect_url(argument: str, recursive: bool, out_url: str | None,
     entered, as locally."""
     out = out_url.rstrip("/") if out_url is not None else None
     path_part = argument.split("://", 1)[1]
+    versions: dict[str, tuple] = {}  # each object's (size, ETag), from its listing
     try:
         if _GLOB_CHARS & set(path_part):
             root = _url_glob_root(argument)
-            matches = store.glob(argument)
+            matches = store.glob(argument, versions)
             if not matches:
                 _refuse_missing_bucket(argument)
                 raise InputError(f"{argument!r} matches no object")
@@ -240,18 +244,20 @@ def _collect_url(argument: str, recursive: bool, out_url: str | None,
                 if out is not None and _url_within(url, out):
                     continue
                 if is_image_path(url):
-                    found.append(_item(url, root, argument))
+                    found.append(_item(url, root, argument, versions.get(url)))
                 else:
                     collected.passed_over += 1
             return found
-        if store.exists(argument):
-            return [_item(argument, None, argument)]
+        try:
+            return [_item(argument, None, argument, store.version(argument))]
+        except FileNotFoundError:
+            pass
         if not store.is_prefix(argument):
             _refuse_missing_bucket(argument)
             raise InputError(f"input {argument!r} not found (no object and nothing below "
                              "that prefix)")
         found, unnamed = [], []
-        for prefix, folders, files in store.walk(argument, recursive, odd=unnamed):
+        for prefix, folders, files in store.walk(argument, recursive, unnamed, versions):
             collected.hidden += sum(name.startswith(".") for name in folders)
             folders[:] = [name for name in folders if not name.startswith(".") and not (
                 out is not None and _url_within(store.join(prefix, name), out))]
@@ -259,9 +265,11 @@ def _collect_url(argument: str, recursive: bool, out_url: str | None,
                 if name.startswith("."):
                     collected.hidden += is_image_path(name)
                 elif is_image_path(name):
-                    found.append(_item(store.join(prefix, name), argument, argument))
+                    url = store.join(prefix, name)
+                    found.append(_item(url, argument, argument, versions.pop(url, None)))
                 else:
                     collected.passed_over += 1
+            versions.clear()  # the other objects' of this prefix
         for url, size in unnamed:
             _count_unnamed(url, size, argument, collected)
         return found
@@ -315,9 +323,10 @@ def _url_glob_root(pattern: str) -> str:
     return f"{protocol}://" + "/".join(fixed)
 
 
-def _item(path: str, under: str | None, argument: str) -> InputItem:
+def _item(path: str, under: str | None, argument: str, version: tuple | None = None
+          ) -> InputItem:
     root = under if under is not None else os.path.dirname(path) or "."
-    return InputItem(path, output_stem(path, under), root, argument)
+    return InputItem(path, output_stem(path, under), root, argument, version=version)
 
 
 def _escapes(path: str, root: str) -> bool:

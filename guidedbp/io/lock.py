@@ -5,7 +5,9 @@ holder exits, however it exits, so a killed run never leaves it stuck (at most t
 empty file, which the next run takes over). A run that ends removes the file. It
 also says who holds it (pid, host, start time), for the refusal message. Shards of
 one run (``manifest-K-of-N.jsonl``) lock their own manifests, so an array job's
-tasks can share one OUT.
+tasks can share one OUT; which runs may share one is decided by the pipeline
+(:mod:`guidedbp.pipeline.family`), which asks :func:`live_holder` whether another
+manifest's lock is held.
 """
 
 from __future__ import annotations
@@ -165,6 +167,53 @@ def _read_holder(descriptor: int) -> str:
         return "its pid is not recorded"
 
 
+def live_holder(folder: str | os.PathLike, manifest: str = "manifest.jsonl") -> str | None:
+    """Who holds the lock of ``folder/manifest`` now (``"pid 12 on host, started ..."``),
+    or ``None`` when no live run does: no lock there, or a killed run's.
+
+    On a disk the lock file is asked for a shared lock, at once given up: the kernel
+    refuses it only while a live run holds the file. On a store the lock object is live
+    until its lease runs out (:class:`ObjectLock`).
+    """
+    folder = os.fspath(folder)
+    from guidedbp.io import store
+
+    if store.is_url(folder):
+        lock = ObjectLock(folder, manifest)
+        try:
+            holder = lock._holder()
+        except (LockFileError, OSError):
+            return None  # not a lock, or not readable: no run's
+        if holder is None or lock._stale(holder):
+            return None
+        return _who(holder)
+    import fcntl
+
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | \
+        getattr(os, "O_NONBLOCK", 0)
+    try:
+        descriptor = os.open(lock_path(folder, manifest), flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_holder(descriptor)
+        return None  # closing the descriptor gives the shared lock up
+    finally:
+        os.close(descriptor)
+
+
+def _who(holder: dict) -> str:
+    try:
+        return f"pid {holder['pid']} on {holder['host']}, started {holder['started']}"
+    except (KeyError, TypeError):
+        return "its pid is not recorded"
+
+
 #: Seconds after its last renewal that a store lock is taken for a killed run's and taken
 #: over (``GUIDEDBP_LOCK_LEASE``); the holder renews it every quarter of that.
 LOCK_LEASE = 300.0
@@ -242,12 +291,9 @@ class ObjectLock:
         return holder
 
     def _refuse(self, holder: dict) -> LockedError:
-        try:
-            who = f"pid {holder['pid']} on {holder['host']}, started {holder['started']}"
-        except (KeyError, TypeError):
-            who = "its pid is not recorded"
         return LockedError(f"{self.folder!r} is being written by another guidedbp run "
-                           f"({who}): wait for it to finish, or write to another prefix")
+                           f"({_who(holder)}): wait for it to finish, or write to another "
+                           "prefix")
 
     def _stale(self, holder: dict) -> bool:
         renewed = holder.get("renewed")

@@ -37,6 +37,8 @@ REASONS = {
     "options": "made with other method options",
     "render": "drawn with other render options",
     "drawing": "drawn by an earlier version",
+    "input": "input changed since",
+    "input_unfingerprinted": "written before input fingerprints",
     "targets": "for other classes or targets",
     "outputs": "outputs missing, damaged or named otherwise",
 }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import time
 
@@ -258,19 +259,37 @@ def _read_earlier_store(url: str) -> dict[str, dict]:
     return earlier
 
 
+#: How much of a manifest's first line is read to tell whether guidedbp wrote it.
+FIRST_LINE_LIMIT = 1 << 20
+#: How every record guidedbp writes starts: what a first line longer than
+#: :data:`FIRST_LINE_LIMIT` (long class names with ``--top-k``) is judged by.
+_RECORD_START = re.compile(rb'\{\s*"input"\s*:\s*"(?:[^"\\]|\\.)*"\s*,\s*"status"\s*:\s*'
+                           rb'"(?:ok|error|skipped)"\s*,')
+
+
 def is_manifest(path: str | os.PathLike) -> bool:
     """Whether an existing ``path`` is a manifest guidedbp wrote (empty, or its first
-    line a record of guidedbp's shape): a file of the user's by that name is not."""
+    line a record of guidedbp's shape): a file of the user's by that name is not.
+
+    At most :data:`FIRST_LINE_LIMIT` bytes are read: a first line longer than that (a
+    record of many targets with long class names) is judged by how it starts, as every
+    record guidedbp writes starts (``{"input": "...", "status": "ok", ...``).
+    """
     try:
         if store.is_url(os.fspath(path)):
-            first = (store.read_range(os.fspath(path), 0, 1 << 20) or b"").split(b"\n")[0]
+            head = store.read_range(os.fspath(path), 0, FIRST_LINE_LIMIT) or b""
+            first, newline, _ = head.partition(b"\n")
+            whole = bool(newline) or len(head) < FIRST_LINE_LIMIT
         else:
             with open(path, "rb") as handle:
-                first = handle.readline(1 << 20)
+                first = handle.readline(FIRST_LINE_LIMIT)
+            whole = first.endswith(b"\n") or len(first) < FIRST_LINE_LIMIT
     except OSError:
         return False
     if not first.strip():
         return True
+    if not whole:  # longer than any line we read whole: how it starts decides
+        return _RECORD_START.match(first) is not None
     try:
         record = json.loads(first)
     except ValueError:

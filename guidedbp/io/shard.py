@@ -28,6 +28,7 @@ from guidedbp._text import one_line
 from guidedbp.errors import GuidedbpError
 from guidedbp.io import made_by, store
 from guidedbp.io.inputs import InputItem
+from guidedbp.io.lock import LockedError, live_holder, output_lock
 from guidedbp.io.manifest import check_own_manifest
 from guidedbp.io.write import atomic_write_bytes
 
@@ -252,7 +253,8 @@ def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
     Records keep the order of the shard files (K ascending), then of their lines.
     Every shard is read and checked before anything is written; the merged file is
     then written under a temporary name and renamed into place, so a refused merge
-    leaves an existing ``manifest.jsonl`` as it was.
+    leaves an existing ``manifest.jsonl`` as it was. It is written under the lock of
+    ``manifest.jsonl`` (:mod:`guidedbp.io.lock`), and not while a shard is written.
 
     Returns:
         ``(path, shard count, record count)``.
@@ -266,13 +268,71 @@ def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
             an input listed twice, records made differently (``made_by``: another model,
             other options, from before fingerprints; named by shard and reason), or a
             merged manifest that cannot be written.
+        LockedError: A run writes into ``folder`` (a shard, or a run that is not
+            sharded), naming it.
     """
     folder = os.fspath(folder)
+    target = store.join(folder, MERGED_MANIFEST) if store.is_url(folder) else \
+        os.path.join(folder, MERGED_MANIFEST)
+    _refuse_live_shards(folder)  # what is wrong with the shards first, before a lock
+    _listed(folder)
+    with output_lock(folder, MERGED_MANIFEST):
+        _refuse_live_shards(folder)
+        shards, data = merged(folder)  # as they are under the lock
+        try:  # as explain refuses it: a file of the user's, or a link, is never replaced
+            check_own_manifest(target)
+        except GuidedbpError as error:
+            raise ShardError(str(error)) from None
+        try:
+            atomic_write_bytes(target, data, durable=True)
+        except OSError as error:
+            raise ShardError(f"{target}: cannot write it "
+                             f"({one_line(error.strerror or error)})") from None
+    return target, len(shards), data.count(b"\n")
+
+
+def _refuse_live_shards(folder: str) -> None:
+    """Refuse to merge while a shard is written (its lock held: :mod:`guidedbp.io.lock`).
+
+    Raises:
+        LockedError: Naming the shard and its run.
+    """
     try:
-        shards = _shard_files(folder)
+        if store.is_url(folder):
+            names = next(iter(store.walk(folder, recursive=False)), ("", [], []))[2]
+        else:
+            names = sorted(os.listdir(folder))
+    except OSError:
+        return  # merging says why the folder cannot be read
+    for name in names:
+        manifest = name[1:-len(".lock")] if name.startswith(".") and \
+            name.endswith(".lock") else ""
+        if not _SHARD_MANIFEST.match(manifest):
+            continue
+        holder = live_holder(folder, manifest)
+        if holder is not None:
+            path = store.join(folder, manifest) if store.is_url(folder) else \
+                os.path.join(folder, manifest)
+            raise LockedError(f"{path} is being written by a guidedbp run ({holder}): "
+                              "merge once every shard has finished")
+
+
+def _listed(folder: str) -> dict[int, _ShardFile]:
+    try:
+        return _shard_files(folder)
     except OSError as error:  # the folder itself cannot be listed
         raise ShardError(f"{folder}: cannot list it ({one_line(error.strerror or error)})") \
             from None
+
+
+def merged(folder: str) -> tuple[dict[int, _ShardFile], bytes]:
+    """The shard manifests of ``folder`` by K, and the bytes :func:`merge_manifests`
+    writes of them into ``folder/manifest.jsonl`` (nothing is written).
+
+    Raises:
+        ShardError: As :func:`merge_manifests` refuses them.
+    """
+    shards = _listed(folder)
     records, seen = [], {}
     first: tuple[_ShardFile, dict] | None = None  # the first record, and its shard
     for index in range(len(shards)):
@@ -284,17 +344,5 @@ def merge_manifests(folder: str | os.PathLike) -> tuple[str, int, int]:
             records.append(record)
             first = first or (shards[index], record)
             _check_made_alike(first, shards[index], record)
-    target = store.join(folder, MERGED_MANIFEST) if store.is_url(folder) else \
-        os.path.join(folder, MERGED_MANIFEST)
-    try:  # as explain refuses it: a file of the user's, or a link, is never replaced
-        check_own_manifest(target)
-    except GuidedbpError as error:
-        raise ShardError(str(error)) from None
     # One JSON object per line, as ManifestWriter writes them.
-    data = "".join(strict_json(record) + "\n" for record in records).encode("utf-8")
-    try:
-        atomic_write_bytes(target, data, durable=True)
-    except OSError as error:
-        raise ShardError(f"{target}: cannot write it ({one_line(error.strerror or error)})") \
-            from None
-    return target, len(shards), len(records)
+    return shards, "".join(strict_json(record) + "\n" for record in records).encode("utf-8")

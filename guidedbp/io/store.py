@@ -211,6 +211,28 @@ def size_of(url: str) -> int | None:
     return int(info["size"]) if info.get("type") == "file" else None
 
 
+@_store_errors
+def version(url: str) -> tuple[int, str | None]:
+    """An object's ``(size, ETag)`` (one HEAD): the ETag is the store's digest of its
+    content, which any new upload changes (``None`` from a store that gives none).
+
+    Raises:
+        FileNotFoundError: No such object.
+        OSError: The store refused.
+    """
+    info = filesystem(url).info(_path(url))
+    if info.get("type") != "file":
+        raise FileNotFoundError(f"{url}: no such object")
+    return _version(info)
+
+
+def _version(info: dict) -> tuple[int, str | None]:
+    """``(size, ETag)`` of a listing's or a HEAD's entry (s3fs says ``ETag``, gcsfs and
+    adlfs ``etag``), the ETag without its quotes."""
+    etag = info.get("ETag") or info.get("etag") or info.get("md5Hash")
+    return int(info.get("size") or 0), None if etag is None else str(etag).strip('"')
+
+
 def exists(url: str) -> bool:
     """Whether an object is at ``url``."""
     return size_of(url) is not None
@@ -268,8 +290,8 @@ def honours_create(url: str) -> bool:
 
 
 @_store_errors
-def walk(url: str, recursive: bool = True, odd: list[tuple[str, int | None]] | None = None
-         ) -> Iterator[tuple[str, list[str], list[str]]]:
+def walk(url: str, recursive: bool = True, odd: list[tuple[str, int | None]] | None = None,
+         versions: dict[str, tuple] | None = None) -> Iterator[tuple[str, list[str], list[str]]]:
     """``(prefix URL, sorted sub-prefix names, sorted object names)`` below ``url``,
     one prefix at a time (a listing of one prefix is held at once, never the bucket's),
     files of a prefix before its sub-prefixes, as :func:`guidedbp.io.inputs` walks
@@ -282,6 +304,9 @@ def walk(url: str, recursive: bool = True, odd: list[tuple[str, int | None]] | N
     writes) with the prefix, and the objects below an empty-named sub-prefix (``a//``)
     where a recursive walk would enter it, in one listing (the store's library lists
     such a prefix only through ``find(path, prefix="/")``, as s3fs and gcsfs do).
+
+    With ``versions`` (a dict), each object's ``(size, ETag)`` as the listing gives
+    them (:func:`version`) is put in it by URL.
     """
     fs = filesystem(url)
     protocol = scheme(url)
@@ -305,6 +330,8 @@ def walk(url: str, recursive: bool = True, odd: list[tuple[str, int | None]] | N
                 folders.append(name)
             elif name:
                 files.append(name)
+                if versions is not None:
+                    versions[f"{protocol}://{current}/{name}"] = _version(entry)
         del entries
         folders.sort()
         files.sort()
@@ -357,10 +384,14 @@ def bucket_exists(url: str) -> bool:
 
 
 @_store_errors
-def glob(pattern: str) -> list[str]:
-    """The object URLs matching a glob pattern (``s3://b/photos/*/*.jpg``), sorted."""
+def glob(pattern: str, versions: dict[str, tuple] | None = None) -> list[str]:
+    """The object URLs matching a glob pattern (``s3://b/photos/*/*.jpg``), sorted; with
+    ``versions`` (a dict), each one's ``(size, ETag)`` put in it by URL."""
     fs = filesystem(pattern)
     protocol = scheme(pattern)
     found = fs.glob(_path(pattern), detail=True)
-    return sorted(f"{protocol}://{name}" for name, info in found.items()
-                  if info.get("type") == "file")
+    urls = {f"{protocol}://{name}": info for name, info in found.items()
+            if info.get("type") == "file"}
+    if versions is not None:
+        versions.update({url: _version(info) for url, info in urls.items()})
+    return sorted(urls)

@@ -2,7 +2,9 @@
 
 The digest reads what the model is, never where it is: a model file's bytes (a ``.keras``
 archive's members but ``metadata.json``, whose ``date_saved`` changes each time the same
-model is saved), every file of a SavedModel folder (relative path and bytes, in sorted
+model is saved, and ``config.json`` without the Python object ids, ``shared_object_id``,
+that Keras writes into it and that change each time the same model is saved in another
+process), every file of a SavedModel folder (relative path and bytes, in sorted
 order), the bundled demo model's file; for a model built in memory (``keras:NAME``, a
 ``keras.Model``) its weights (bytes, shapes and dtypes, in order) and its architecture
 (its Keras config, with Keras' automatic layer names numbered in order instead, so the
@@ -31,16 +33,27 @@ DIGEST_LENGTH = 16
 _BLOCK = 4 << 20
 #: The member of a ``.keras`` archive that says when, not what, was saved.
 _KERAS_METADATA = "metadata.json"
+#: The member of a ``.keras`` archive that holds the architecture.
+_KERAS_CONFIG = "config.json"
+#: The key under which Keras writes ``id()`` of an object shared by several layers (a
+#: dtype policy, a regularizer): a number that changes with every process.
+_SHARED_ID = "shared_object_id"
 
 
 def file_digest(path: str | os.PathLike) -> str:
     """The digest of a model file: its bytes (``sha256sum``'s first hex digits), or, for a
-    ``.keras`` archive, its members' names and bytes but ``metadata.json``'s."""
+    ``.keras`` archive, its members' names and bytes but ``metadata.json``'s, with
+    ``config.json`` read without its ``shared_object_id`` keys (:func:`_config_bytes`)."""
     digest = hashlib.sha256()
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as archive:
             for info in sorted(archive.infolist(), key=lambda info: info.filename):
                 if info.filename == _KERAS_METADATA or info.is_dir():
+                    continue
+                if info.filename == _KERAS_CONFIG:
+                    data = _config_bytes(archive.read(info))
+                    digest.update(f"{info.filename}\0{len(data)}\0".encode())
+                    digest.update(data)
                     continue
                 digest.update(f"{info.filename}\0{info.file_size}\0".encode())
                 with archive.open(info) as member:
@@ -49,6 +62,32 @@ def file_digest(path: str | os.PathLike) -> str:
     with open(path, "rb") as handle:
         _update(digest, handle)
     return digest.hexdigest()[:DIGEST_LENGTH]
+
+
+def _config_bytes(data: bytes) -> bytes:
+    """A ``.keras`` archive's ``config.json`` as the digest reads it: as it is, unless it
+    holds ``shared_object_id`` keys (``id()`` of a Python object that several layers
+    share, such as a dtype policy: another number in each process that saves the same
+    model, and none at all once the model is loaded and saved again); then as Keras writes
+    it without them (``json.dumps``, keys in their order).
+
+    >>> _config_bytes(b'{"a": {"name": "x", "shared_object_id": 1407}, "b": 2}')
+    b'{"a": {"name": "x"}, "b": 2}'
+    """
+    if _SHARED_ID.encode() not in data:
+        return data  # as digested before: earlier digests stay the same
+
+    def without_ids(value):
+        if isinstance(value, dict):
+            return {key: without_ids(item) for key, item in value.items() if key != _SHARED_ID}
+        if isinstance(value, list):
+            return [without_ids(item) for item in value]
+        return value
+
+    try:
+        return json.dumps(without_ids(json.loads(data))).encode()
+    except (ValueError, RecursionError):
+        return data  # not JSON Keras reads: its bytes are what it is
 
 
 def folder_digest(folder: str | os.PathLike, skip: tuple[str, ...] = ()) -> str:

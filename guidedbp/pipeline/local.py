@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from guidedbp.io import store
 from guidedbp.io.manifest import open_manifest
 from guidedbp.pipeline import stages, writing
+from guidedbp.pipeline.replaced import remove_replaced
+from guidedbp.pipeline.resume import same_file_key
 from guidedbp.pipeline.stages import Plan, Prepared, Summary
 
 #: Decoding and writing threads each when the inputs or OUT are on an object store.
@@ -32,11 +34,17 @@ class Delivery:
 
     Args:
         carried: Input paths whose records are carried over from an earlier run.
+        previous: The files each input's earlier record names, by input
+            (:func:`~guidedbp.pipeline.resume.earlier_outputs`): those a recomputed
+            input's new record no longer names are removed
+            (:mod:`~guidedbp.pipeline.replaced`).
     """
 
-    def __init__(self, plan: Plan, summary: Summary, progress=None, carried=()):
+    def __init__(self, plan: Plan, summary: Summary, progress=None, carried=(),
+                 previous: dict | None = None):
         self.plan, self.summary, self.progress = plan, summary, progress
         self.carried = carried
+        self.previous = previous or {}
         self.failed = False  # a record with status "error" was delivered
         # On a store: a part object per batch of records (a store cannot append).
         self._manifest = open_manifest(plan.output, plan.options.manifest,
@@ -46,6 +54,10 @@ class Delivery:
         self.summary.count(record, skipped=record["input"] in self.carried)
         self.failed = self.failed or record["status"] == "error"
         self._manifest.write(record)
+        if self.previous and record["input"] not in self.carried:
+            earlier = self.previous.get(same_file_key(record["input"]))
+            if earlier:
+                remove_replaced(self.plan.output, earlier, record)
         if self.progress is not None:
             self.progress.advance()
 
@@ -54,7 +66,7 @@ class Delivery:
 
 
 def run_local(plan: Plan, explainer, items: list, progress=None,
-              carried: dict | None = None) -> Summary:
+              carried: dict | None = None, previous: dict | None = None) -> Summary:
     """Explain ``items`` into ``plan.output``; returns the run's summary.
 
     Ctrl-C stops the run at once (the summary says ``interrupted``): the records
@@ -69,7 +81,7 @@ def run_local(plan: Plan, explainer, items: list, progress=None,
     batches = stages.batched(items, plan.options.method.batch_size)
     interrupt = _Interrupt()
     carried = carried or {}
-    delivery = Delivery(plan, summary, progress, carried)
+    delivery = Delivery(plan, summary, progress, carried, previous)
     try:
         # On a store each read and write waits on the network: more threads hide it.
         threads = STORE_THREADS if store.is_url(plan.output) or any(

@@ -24,6 +24,7 @@ from guidedbp.io.lock import check_lock_object, check_lock_path
 from guidedbp.io.manifest import check_own_manifest
 from guidedbp.io.shard import select_shard
 from guidedbp.models.loading import check_model_path
+from guidedbp.pipeline.family import check_family
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, RunOptions
 from guidedbp.pipeline.targets import DETECTION_KINDS
 
@@ -151,8 +152,9 @@ def hidden_phrase(count: int) -> str:
 
 
 def check_output(output: str, manifest_name: str, create: bool = True) -> list[str]:
-    """OUT can be created and written into, and its manifest and lock file, if any, are
-    files guidedbp wrote.
+    """OUT can be created and written into, its manifest and lock file, if any, are
+    files guidedbp wrote, and it holds no other family's manifests
+    (:func:`~guidedbp.pipeline.family.check_family`).
 
     With ``create=False`` the folders it creates to find out are removed again, so a
     check leaves nothing behind.
@@ -182,6 +184,7 @@ def check_output(output: str, manifest_name: str, create: bool = True) -> list[s
                                 "permission denied")
         check_lock_path(output, manifest_name)
         check_own_manifest(os.path.join(output, manifest_name))
+        check_family(output, manifest_name)
     except BaseException:
         remove_created(created)
         raise
@@ -199,9 +202,10 @@ def _check_store_output(output: str, manifest_name: str) -> None:
             raise GuidedbpError(f"cannot write to {output!r}: {missing} (guidedbp creates "
                                 "none)")
         check_lock_object(output, manifest_name)
+        check_own_manifest(store.join(output, manifest_name))
+        check_family(output, manifest_name)
     except OSError as error:
         raise GuidedbpError(f"cannot reach {output!r}: {store.describe(error)}") from None
-    check_own_manifest(store.join(output, manifest_name))
 
 
 def remove_created(folders: list[str]) -> None:

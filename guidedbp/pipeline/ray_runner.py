@@ -86,7 +86,8 @@ def import_ray():
 
 
 def run_on_ray(plan: Plan, recipe: Recipe, items: list, cluster: Cluster,
-               progress=None, carried: dict | None = None) -> Summary:
+               progress=None, carried: dict | None = None, previous: dict | None = None
+               ) -> Summary:
     """Explain ``items`` on Ray; the manifest is written by the driver, in input order.
 
     The plan's feed tells the decode tasks what to do (the tasks never receive the
@@ -124,7 +125,7 @@ def run_on_ray(plan: Plan, recipe: Recipe, items: list, cluster: Cluster,
     # runtime_env is kept: Ray merges env_vars into it).
     environment = _runtime_env(store.is_url(plan.output) or store.is_url(recipe.model)
                                or any(store.is_url(item.path) for item in items))
-    delivery = Delivery(plan, summary, progress, carried)
+    delivery = Delivery(plan, summary, progress, carried, previous)
     try:
         dataset = (
             ray.data.from_items(rows)

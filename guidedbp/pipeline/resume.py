@@ -2,7 +2,8 @@
 
 An input is carried over, neither decoded nor computed, only when its earlier record
 is ``ok``, was made the same way (its ``made_by``: the same model content, maths,
-method options and render options, :mod:`guidedbp.io.made_by`), for the same methods,
+method options and render options, :mod:`guidedbp.io.made_by`) of the same input file
+(its ``input_file``: :mod:`guidedbp.io.source`), for the same methods,
 guide and classes or targets, names exactly the outputs this run would write, and
 every one of those files is whole. Any other earlier record is recomputed, and counted
 by the reason (:data:`guidedbp.io.made_by.REASONS`) in the run's summary.
@@ -15,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from guidedbp.figures import is_own_figure
-from guidedbp.io import made_by, store
+from guidedbp.io import made_by, source, store
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.write import is_own_png, is_whole_png
 from guidedbp.pipeline.detections import same_ranked
@@ -47,11 +48,11 @@ def carried_over(plan: Plan, items: list[InputItem], earlier: dict[str, dict]) -
     ``made_by`` model): the resumed manifest then holds the records an uninterrupted run
     writes. An earlier record that failed is tried again, not counted.
     """
-    by_path = {_same_file_key(path): record for path, record in earlier.items()}
+    by_path = {same_file_key(path): record for path, record in earlier.items()}
     resumed = Resumed()
     reasons: Counter = Counter()
     for item in items:
-        record = by_path.get(_same_file_key(item.path))
+        record = by_path.get(same_file_key(item.path))
         if record is None:
             continue
         reason = stale_reason(plan, item, record)
@@ -65,7 +66,7 @@ def carried_over(plan: Plan, items: list[InputItem], earlier: dict[str, dict]) -
     return resumed
 
 
-def _same_file_key(path: str) -> str:
+def same_file_key(path: str) -> str:
     """An earlier record's input and this run's, however spelled (``a/../a/x.png``);
     its outputs must still be the ones this run names (:func:`stale_reason`)."""
     return path if store.is_url(path) else os.path.normpath(os.path.abspath(path))
@@ -89,6 +90,11 @@ def stale_reason(plan: Plan, item: InputItem, record: dict) -> str | None:
     reason = made_by.difference(record.get(made_by.FIELD), plan.made_by)
     if reason is not None:
         return reason
+    recorded = record.get(source.FIELD)
+    if recorded is None:
+        return "input_unfingerprinted"
+    if not source.unchanged(recorded, item):
+        return "input"  # replaced at the same path, or changed in place
     if record.get("method") != ",".join(options.methods) \
             or _scopes(record.get("guided")) != _scopes(plan.guided):
         return "options"  # another --guide: other maps
@@ -158,3 +164,21 @@ def _is_own_output(path: str) -> bool:
     if path.endswith(".png"):
         return is_whole_png(path) and is_own_png(path)
     return is_own_figure(path)
+
+
+def earlier_outputs(earlier: dict[str, dict]) -> dict[str, list[str]]:
+    """The files (relative to OUT) each earlier record names, by its input (as
+    :func:`same_file_key` spells it): what an earlier run wrote, which this one may
+    replace, and, where it recomputes an input, remove when its new record no longer
+    names them (:mod:`guidedbp.pipeline.replaced`)."""
+    return {same_file_key(path): [path for target in record["targets"]
+                                   if isinstance(target, dict) for path in paths_of(target)]
+            for path, record in earlier.items()}
+
+
+def paths_of(target: dict) -> list[str]:
+    """The files (relative to OUT) a record's target names: its outputs and raw maps."""
+    outputs = target.get("outputs") if isinstance(target.get("outputs"), dict) else {}
+    raw = target.get("raw")
+    raws = [raw] if isinstance(raw, str) else list(raw.values()) if isinstance(raw, dict) else []
+    return [p for p in [*outputs.values(), *raws] if isinstance(p, str)]

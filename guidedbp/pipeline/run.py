@@ -24,13 +24,13 @@ from guidedbp.engine.explainer import Explanation
 from guidedbp.errors import ArgumentError, GuidedbpError
 from guidedbp.io import store
 from guidedbp.io.images import decode_image
-from guidedbp.io.lock import output_lock
 from guidedbp.io.manifest import read_earlier
 from guidedbp.io.report import write_report
 from guidedbp.models.labels import resolve_class
 from guidedbp.models.loading import LoadedModel, load_model
 from guidedbp.models.preprocess import prepare
 from guidedbp.pipeline.detections import detection_layers, plan_detections
+from guidedbp.pipeline.family import claim_output
 from guidedbp.pipeline.fingerprint import made_by
 from guidedbp.pipeline.local import run_local
 from guidedbp.pipeline.naming import label_of
@@ -42,7 +42,7 @@ from guidedbp.pipeline.preflight import (  # noqa: F401 (NoImagesError: guidedbp
     check_run,
     remove_created,
 )
-from guidedbp.pipeline.resume import Resumed, carried_over
+from guidedbp.pipeline.resume import Resumed, carried_over, earlier_outputs
 from guidedbp.pipeline.stages import Feed, Plan, Summary
 from guidedbp.pipeline.targets import (
     DETECTION_KINDS,
@@ -170,7 +170,7 @@ def _loaded(model, load: dict | None) -> LoadedModel:
 
 
 def _run(model, load, options, output, manifest, items, runner, cluster, progress, started):
-    with output_lock(output, options.manifest) as lock:
+    with claim_output(output, options.manifest) as claim:
         earlier = read_earlier(manifest)
         if runner == "ray":
             from guidedbp.pipeline.ray_runner import draw_as_workers
@@ -203,15 +203,14 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
         columns = len(classes) if targets is None else \
             targets.detections or len(targets.targets)
         _check_memory(explainer, loaded, options, columns, num_classes)
-        owned = frozenset(path for record in earlier.values()
-                          for target in record["targets"] if isinstance(target, dict)
-                          for path in _paths_of(target))
+        previous = earlier_outputs(earlier)  # input -> the files its record names
+        owned = frozenset(path for paths in previous.values() for path in paths)
         named = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
         plan = Plan(output, options, Feed.of(loaded), classes, num_classes, owned,
                     guided=report.as_dict()["by_rule"],
                     layers=_cam_layers(explainer, report, targets, options.inputs.size),
                     targets=targets,
-                    conditional=getattr(lock, "conditional", None) is True,
+                    conditional=getattr(claim.lock, "conditional", None) is True,
                     made_by=made_by(loaded, options, load, named))
         resumed = carried_over(plan, items, earlier) if options.output.skip_existing \
             else Resumed()
@@ -219,13 +218,15 @@ def _run(model, load, options, output, manifest, items, runner, cluster, progres
         if hasattr(progress, "begin"):
             progress.begin(len(items))
         loading = time.perf_counter() - started
+        claim.take_over()  # the shard manifests of a merged OUT, before anything is written
         if runner == "ray" and items:
             from guidedbp.pipeline.ray_runner import Cluster, Recipe, run_on_ray
 
             recipe = Recipe(os.fspath(model), dict(load or {}))
-            summary = run_on_ray(plan, recipe, items, cluster or Cluster(), progress, carried)
+            summary = run_on_ray(plan, recipe, items, cluster or Cluster(), progress, carried,
+                                 previous)
         else:
-            summary = run_local(plan, explainer, items, progress, carried)
+            summary = run_local(plan, explainer, items, progress, carried, previous)
         summary.recomputed = resumed.recomputed
         if options.output.report and options.inputs.shard is None:
             # Under the lock: a second run must not start while the page is written.
@@ -314,13 +315,6 @@ def _notes(loaded, num_classes: int) -> list[str]:
         notes.append(f"{plural(len(loaded.labels), 'class name')} for "
                      f"{plural(num_classes, 'class')}: names may be wrong")
     return notes
-
-
-def _paths_of(target: dict) -> list[str]:
-    outputs = target.get("outputs") if isinstance(target.get("outputs"), dict) else {}
-    raw = target.get("raw")
-    raws = [raw] if isinstance(raw, str) else list(raw.values()) if isinstance(raw, dict) else []
-    return [p for p in [*outputs.values(), *raws] if isinstance(p, str)]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import numpy as np
 
 from guidedbp._text import one_line
 from guidedbp.caveats import Caveat
-from guidedbp.io import store
+from guidedbp.io import source, store
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem
 from guidedbp.models.preprocess import draft_side, resize_picture
@@ -121,6 +121,7 @@ class Prepared:
     mask_sha256: str | None = None
     boxes: dict | None = None  # box: target spec -> its corners on the model's input
     found: int | None = None  # with detections=K: how many the model found (at most K)
+    source: dict | None = None  # the input's fingerprint before it was read (io.source)
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,10 @@ def prepare(plan: Plan, item: InputItem, carried: dict | None = None) -> Prepare
     inputs = plan.options.inputs
     # A box is in the pixels of the file: its image is decoded whole, never reduced.
     boxes = detections.has_boxes(plan)
+    try:  # before the read: a file replaced meanwhile is recomputed next time
+        prepared.source = source.fingerprint(item)
+    except OSError:
+        pass  # decoding says why it cannot be read
     try:
         # A JPEG far larger than anything drawn from it is decoded reduced.
         image = decode_image(item.path, channels=plan.feed.channels,

@@ -20,7 +20,7 @@ from guidedbp._text import layer_note, method_at_layer, one_line
 from guidedbp.caveats import NON_FINITE_SCORE, Caveat, unique
 from guidedbp.engine.methods import method
 from guidedbp.figures import is_own_figure, is_whole_figure
-from guidedbp.io import store
+from guidedbp.io import source, store
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.write import atomic_write_bytes, encode_npy, encode_png, is_own_png, is_whole_png
 from guidedbp.models.preprocess import resize_map, resize_picture
@@ -144,6 +144,7 @@ def _write(plan: Plan, prepared: Prepared, explained: list[Explained]) -> dict:
             targets.append(_target_record(plan, prepared, entry, planned, outputs, raw, title,
                                           extras.pixels))
     written = record(plan, prepared.item, "ok", None, targets, caveats)
+    written[source.FIELD] = prepared.source  # what the input was: a resumed run compares it
     if prepared.found is not None:  # detections=K: how many the model found
         written["detections"] = {"top": plan.targets.detections, "found": prepared.found,
                                  "threshold": plan.targets.threshold}
@@ -307,8 +308,9 @@ def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict],
     """One input's manifest record; the first target's fields are repeated at the top,
     ``caveats`` (every class's, without repeats) are listed as
     ``{"code", "text"[, "method"]}`` objects, ``layers`` names each class activation
-    map's layer (``{"gradcam": "conv_1"}``, empty without one) and ``made_by`` says what
-    made its maps (:mod:`guidedbp.io.made_by`)."""
+    map's layer (``{"gradcam": "conv_1"}``, empty without one), ``input_file`` is the
+    input's fingerprint (:mod:`guidedbp.io.source`; ``None`` but in an ``ok`` record) and
+    ``made_by`` says what made its maps (:mod:`guidedbp.io.made_by`)."""
     first = targets[0] if targets else {}
     return {
         "input": item.path,
@@ -324,5 +326,6 @@ def record(plan: Plan, item: InputItem, status: str, error, targets: list[dict],
         "raw": first.get("raw"),
         "targets": targets,
         "caveats": [caveat.as_record() for caveat in unique(caveats)],
+        source.FIELD: None,  # an ok record's: what its input was (io.source)
         "made_by": plan.made_by,
     }
