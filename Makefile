@@ -82,6 +82,7 @@ $(DOCS_STAMP): $(STAMP)
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/guidedbp demo -o demo-out
 	@echo "Open demo-out/index.html (one samples/*.panel.png per shape: original | color | gray | overlay)."
+	@echo "The guidedbp command is .venv/bin/guidedbp: run '. .venv/bin/activate' to call it as guidedbp in this shell."
 
 # Retrain the bundled shapes models, ReLU (demo) and SiLU (demo-silu): fixed seeds,
 # about ten minutes each on 2 cores; then the segmentation model (demo-seg) and the

@@ -67,6 +67,34 @@ def test_the_readme_is_short_and_starts_with_the_two_commands():
     assert text.index(first_block[0]) < text.index("\n## ")  # before any section
 
 
+#: What `make demo` prints last, and what the README and Getting started say before their
+#: first `guidedbp` command: the command lives in the clone's venv.
+WHERE_THE_COMMAND_IS = (".venv/bin/guidedbp", ". .venv/bin/activate")
+
+
+def test_make_demo_says_where_the_command_is():
+    """`make demo` installs into .venv/: a bare `guidedbp` is "command not found" until
+    the venv is activated, so its last line says how (make -n prints the recipe)."""
+    import subprocess
+
+    done = subprocess.run(["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("echo ") and all(words in last for words in WHERE_THE_COMMAND_IS), \
+        last
+
+
+@pytest.mark.parametrize("page", [README, DOCS / "getting-started.md"], ids=lambda p: p.name)
+def test_the_first_guidedbp_command_says_where_it_is(page):
+    text = page.read_text(encoding="utf-8")
+    first = re.search(r"^guidedbp ", text, re.M)
+    assert first, f"{page.name} has no guidedbp command"
+    before = text[:first.start()]
+    missing = [words for words in WHERE_THE_COMMAND_IS if words not in before]
+    assert not missing, f"{page.name} names {missing} only after its first guidedbp command"
+
+
 def test_the_readme_links_every_top_level_page():
     linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", README.read_text(encoding="utf-8")))
     assert linked >= {page.name for page in DOCS.glob("*.md")} - {"index.md"}
