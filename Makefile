@@ -16,7 +16,7 @@ PEER_PYTHON ?= $(firstword $(shell for p in $(PYTHON) \
 	$$p -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))' \
 	2>/dev/null && echo $$p; done))
 
-.PHONY: install test test-all test-pythons test-peers peer-venv bench demo demo-model eval docs clean
+.PHONY: install test test-all test-pythons test-peers peer-venv bench demo demo-model eval docs docs-cli clean
 
 install: $(STAMP)
 
@@ -68,6 +68,12 @@ bench: $(STAMP)
 # warning an error (a broken link or anchor, an API name that does not exist). The docs extra
 # goes into .venv/ once, with its own stamp.
 DOCS_STAMP := $(VENV)/.docs-installed
+
+# docs/cli.md holds each command's --help as click prints it (so that it reads on GitHub):
+# make docs-cli writes it again after a command's help changed (tests/test_docs.py fails
+# until then).
+docs-cli: $(DEMO_STAMP)
+	$(PY) docs/hooks/cli_help.py
 
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d build/site

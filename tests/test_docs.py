@@ -153,21 +153,54 @@ def test_every_page_is_in_the_navigation_and_every_entry_is_a_page():
 
 
 def test_the_command_line_page_shows_each_commands_own_help():
+    """docs/cli.md is committed with each command's help in it (GitHub shows the file as
+    it is): the text must be what the command prints now."""
     from guidedbp.cli import COMMANDS
 
     hook = _hook("cli_help")
     page = (DOCS / "cli.md").read_text(encoding="utf-8")
-    markers = hook.MARKER.findall(page)
+    markers = [name for name, _ in hook.MARKER.findall(page)]
     assert sorted(markers) == sorted(["guidedbp", *COMMANDS])
+    stale = []
     for name in markers:
         argv = ["--help"] if name == "guidedbp" else [name, "--help"]
         shown = run_cli(*argv, code=0, prog_name="guidedbp", terminal_width=hook.WIDTH).stdout
         assert hook.help_text(name) + "\n" == shown, name
-    built = hook.replace_markers(page)
-    assert "<!-- click:" not in built
-    assert f"```text\n{hook.help_text('merge-manifests')}\n```" in built
+        if f"<!-- click: {name} -->\n```text\n{shown}```\n" not in page:
+            stale.append(name)
+    assert not stale, f"docs/cli.md shows an old --help of {stale}: run make docs-cli"
+    assert hook.replace_markers(page) == page
     with pytest.raises(Exception, match="guidedbp has no command 'explian'"):
         hook.replace_markers("<!-- click: explian -->")
+
+
+def test_the_help_block_of_the_command_line_page_is_written_again(tmp_path):
+    hook = _hook("cli_help")
+    stale = "<!-- click: merge-manifests -->\n```text\nUsage: guidedbp merge-manifests OLD\n```\n"
+    fresh = f"<!-- click: merge-manifests -->\n```text\n{hook.help_text('merge-manifests')}\n```\n"
+    assert hook.replace_markers(stale) == fresh
+    assert hook.replace_markers("<!-- click: merge-manifests -->\n") == fresh
+
+
+def test_the_help_names_every_bundled_model_and_model_kind():
+    import doctest
+
+    from guidedbp.models import bundled
+    from guidedbp.models.bundled import BUNDLED
+    from guidedbp.models.loading import DEMO_SPECS
+
+    assert doctest.testmod(bundled).failed == 0
+
+    def bare(text: str) -> str:  # click wraps lines at spaces and after hyphens
+        return re.sub(r"\s+", "", text)
+
+    shown = bare(run_cli("--help", code=0, prog_name="guidedbp").stdout)
+    assert DEMO_SPECS == {model.spec: model.stem for model in BUNDLED}
+    missing = [model.spec for model in BUNDLED if bare(f"{model.spec}: {model.what}") not in shown]
+    assert not missing, f"guidedbp --help does not name {missing}"
+    for kind in (".keras or .h5 file", "SavedModel folder", "keras-hub preset folder",
+                 "keras:NAME"):
+        assert bare(kind) in shown
 
 
 def _directives() -> set[str]:
@@ -194,6 +227,22 @@ def test_every_public_name_has_a_reference_entry():
         if dotted not in directives:
             missing.append(dotted)
     assert not missing, f"no ::: entry in docs/reference/ for {missing}"
+
+
+def test_the_reference_index_names_every_public_name_and_target():
+    """The index's table: every name ``import guidedbp`` gives, and every target class."""
+    import guidedbp
+    import guidedbp.targets
+
+    rows = [row.split(" | ") for row in re.findall(r"^\| (.+) \|$",
+                                                    (DOCS / "reference" / "index.md").read_text(
+                                                        encoding="utf-8"), re.M)]
+    names = {name for row in rows for name in re.findall(r"`guidedbp\.(\w+)", row[0])}
+    missing = [name for name in guidedbp.__all__ if name != "__version__" and name not in names]
+    assert not missing, f"docs/reference/index.md's table does not name {missing}"
+    targets = next(row[1] for row in rows if row[0] == "`guidedbp.targets`")
+    missing = [name for name in guidedbp.targets.__all__ if f"`{name}`" not in targets]
+    assert not missing, f"the targets row of docs/reference/index.md lacks {missing}"
 
 
 # -- the docstring markup of the API reference -----------------------------------------------
