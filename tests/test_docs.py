@@ -229,6 +229,32 @@ def test_every_public_name_has_a_reference_entry():
     assert not missing, f"no ::: entry in docs/reference/ for {missing}"
 
 
+#: The command line's rule for what pixels a model takes (``--preprocess``'s help), which
+#: the Python API's docstrings and pages say in the same words.
+PIXEL_RULE = "raw 0-255 pixels, for models with a Rescaling layer inside"
+
+
+def _plain(text: str) -> str:
+    """Text as the rule is compared: no code marks, ASCII dashes, single spaces."""
+    return " ".join(text.replace("`", "").replace("\u2013", "-").split())
+
+
+def test_the_python_api_says_what_pixels_go_in_as_the_command_line_does():
+    """"Preprocessed" alone left a reader with a Rescaling model unsure: raw 0-255 it is."""
+    import guidedbp
+    from guidedbp.engine import explainer as engine
+
+    places = {
+        "explain --help": run_cli("explain", "--help", code=0, terminal_width=200).stdout,
+        "guidedbp.Explainer": guidedbp.Explainer.__doc__,
+        "guidedbp.engine.explainer.Explainer": engine.Explainer.__doc__,
+        **{page.relative_to(REPO).as_posix(): page.read_text(encoding="utf-8")
+           for page in (README, DOCS / "python-api.md", DOCS / "getting-started.md")},
+    }
+    missing = [where for where, text in places.items() if PIXEL_RULE not in _plain(text)]
+    assert not missing, f"{missing} do not say {PIXEL_RULE!r}"
+
+
 def test_the_reference_index_names_every_public_name_and_target():
     """The index's table: every name ``import guidedbp`` gives, and every target class."""
     import guidedbp
