@@ -8,6 +8,8 @@ gets the package (never editable, never the source tree) and, from an empty fold
 - ``guidedbp --version``, which must name every dependency at its installed version;
 - ``make demo``'s command, ``guidedbp demo -o demo-out``, in a folder of its own with
   no ``sample_images/``: the wheel carries the samples it explains;
+- there, the README's detector example after ``guidedbp demo --write-samples
+  sample_images`` (the wheel carries the clone's ``sample_images/``, scenes included);
 - ``guidedbp check demo`` and ``guidedbp evaluate demo --shapes 20``;
 - a smoke subset of the tests, on a copy of ``tests/``, so that ``import guidedbp`` can
   only find the installed package: ``SMOKE`` at the floors and the newest, the shorter
@@ -314,6 +316,13 @@ def run_plan(plan: Plan, python: Path, wheel: Path, sdist: Path,
     bare.mkdir()
     step("demo", [guidedbp, "demo", "-o", "demo-out"], cwd=bare,
          check=lambda out: demo_problem(bare / "demo-out", ROOT / "sample_images" / "shapes"))
+    step("samples", [guidedbp, "demo", "--write-samples", "sample_images"], cwd=bare,
+         check=lambda out: samples_problem(bare / "sample_images", ROOT / "sample_images"))
+    step("detector", [guidedbp, "explain", "demo-det", "sample_images/scenes", "-o", "dets",
+                      "--detections", "top:2"], cwd=bare,
+         check=lambda out: None if (bare / "dets" / "scenes" /
+                                    "scene_0.png.det-1-ring.guided.color.png").is_file()
+         else "no dets/scenes/scene_0.png.det-1-ring.guided.color.png")
     step("check", [guidedbp, "check", "demo"])
     step("evaluate", [guidedbp, "evaluate", "demo", "--shapes", "20"],
          check=lambda out: None if re.search(r"^overall\s+20\s", out, re.M) else
@@ -338,6 +347,18 @@ def demo_problem(out: Path, shapes: Path) -> str | None:
     wrong = [(r["input"], r["status"], r.get("label")) for r in records
              if r["status"] != "ok" or r.get("label") != Path(r["input"]).stem.split("_")[0]]
     return f"records not ok or not labelled by their shape: {wrong}" if wrong else None
+
+
+def samples_problem(written: Path, clone: Path) -> str | None:
+    """How ``guidedbp demo --write-samples``'s folder differs from the clone's
+    ``sample_images/``."""
+    def tree(root: Path) -> dict[str, bytes]:
+        return {path.relative_to(root).as_posix(): path.read_bytes()
+                for path in root.rglob("*") if path.is_file()}
+
+    ours, theirs = tree(written), tree(clone)
+    differ = sorted(name for name in set(ours) | set(theirs) if ours.get(name) != theirs.get(name))
+    return f"sample_images/ differs from the clone's in {differ}" if differ else None
 
 
 def version_problem(out: str, versions: dict[str, str]) -> str | None:
