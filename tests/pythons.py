@@ -2,7 +2,8 @@
 supported Python.
 
 Builds the wheel and the sdist once (``python -m build``) and checks that both carry every
-file of ``guidedbp/``. Then, for each interpreter, a fresh venv under ``build/pythons/``
+file of ``guidedbp/``, and that ``pip install -e .`` (``make install``'s) prints no boxed
+warning (:func:`check_editable`). Then, for each interpreter, a fresh venv under ``build/pythons/``
 gets the package (never editable, never the source tree) and, from an empty folder, runs
 
 - ``guidedbp --version``, which must name every dependency at its installed version;
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         interpreters = {plan.version: find_python(plan.version) for plan in plans}
         wheel, sdist = build()
         check_contents(wheel, sdist)
+        check_editable()
         floors = runtime_floors(wheel)
         print(f"floors: {', '.join(f'{name} {floor}' for name, floor in floors.items())}")
         outcomes = [run_plan(plan, interpreters[plan.version], wheel, sdist, floors)
@@ -222,6 +224,29 @@ def check_contents(wheel: Path, sdist: Path) -> None:
     assert not missing, f"the sdist lacks {missing}"
     print(f"{wheel.name}: all {len(files)} files of guidedbp/ and both entry points; "
           f"{sdist.name}: the same files, pyproject.toml and README.md")
+
+
+def check_editable() -> None:
+    """``pip install -e .``, as ``make install`` runs it (this venv's pip, build isolation),
+    into a venv of its own: what it prints must hold no boxed warning. setuptools boxes its
+    notes between ``!!`` lines; for a flat layout without ``package-dir`` it printed
+    "Editable installation ... Please be careful with folders in your working directory"
+    on every install, which read like an error."""
+    venv = OUT / "editable-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
+                           "install", "--quiet", "--no-deps", "--disable-pip-version-check",
+                           "-e", str(ROOT)], capture_output=True, text=True,
+                          timeout=INSTALL_TIMEOUT)
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        tail = "\n".join(output.splitlines()[-15:])
+        raise Missing(f"pip install -e . failed:\n{tail}")
+    boxed = [line.strip() for line in output.splitlines()
+             if line.strip() == "!!" or "Editable installation" in line]
+    assert not boxed, f"pip install -e . prints setuptools' boxed warning:\n{output}"
+    shutil.rmtree(venv)
+    print("pip install -e .: no warning")
 
 
 def runtime_floors(wheel: Path) -> dict[str, str]:
