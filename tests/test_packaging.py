@@ -7,7 +7,7 @@ pip's index for setuptools); this one checks its cause without the network.
 
 from __future__ import annotations
 
-import tomllib
+import pytest
 
 from tests.helpers import REPO
 
@@ -18,6 +18,7 @@ def test_the_flat_layout_is_declared_so_an_editable_install_is_a_plain_path_entr
     ... Please be careful with folders in your working directory" warning that pip printed
     on every install step and that read like an error. With ``package-dir = {"" = "."}``
     and every package below that folder it writes a ``.pth`` entry, quietly."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     setuptools = config["tool"]["setuptools"]
     assert setuptools["package-dir"] == {"": "."}
