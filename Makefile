@@ -65,8 +65,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench.py
 
 # The documentation site (mkdocs.yml, pages under docs/) into build/site: --strict makes every
-# warning an error (a broken link or anchor, an API name that does not exist). The docs extra
-# goes into .venv/ once, with its own stamp.
+# warning an error (a broken link or anchor, an API name that does not exist). Then
+# tests/test_site.py opens it from the file system in headless Chromium: every link names a
+# file, the navigation lands on pages, the search finds a word, nothing comes from the
+# network. The docs extra goes into .venv/ once, with its own stamp.
 DOCS_STAMP := $(VENV)/.docs-installed
 
 # docs/cli.md holds each command's --help as click prints it (so that it reads on GitHub):
@@ -77,7 +79,8 @@ docs-cli: $(DEMO_STAMP)
 
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d build/site
-	@echo "Open build/site/index.html."
+	GUIDEDBP_SITE=build/site $(PY) -m pytest -q tests/test_site.py
+	@echo "Open build/site/index.html: from the file system (no server), links and search work."
 
 $(DOCS_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e ".[docs]"
