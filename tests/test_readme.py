@@ -51,6 +51,10 @@ SKIPPED = {
     "docs/batch-runs.md": {
         "/data/": "paths on a cluster's shared volume (the commands above run the same here)",
     },
+    "docs/detectors.md": {
+        'name = "clip_vit_base_patch16"': "downloads keras-hub's CLIP; the block after it "
+                                          "saves the same three objects of a local preset",
+    },
     "docs/getting-started.md": {
         "guidedbp explain keras:ResNet50 sample_images/cat.jpg": "downloads ImageNet weights",
     },
@@ -123,6 +127,14 @@ STATED = {
         "result.original_maps()['guided'].shape[:2] == result.image.shape[:2]",
     ],
     ("docs/python-api.md", "In a notebook"): ["type(figure).__name__ == 'Figure'"],
+    ("docs/detectors.md", "Making a preset folder"): [
+        "all(__import__('os').path.isfile(f'my-clip/{name}') for name in ('config.json', "
+        "'model.weights.h5', 'tokenizer.json', 'image_converter.json'))",
+        "mine.loaded.preprocess_source.startswith(\"the preset's image converter rescales raw "
+        "0-255 pixels\")",
+        "mine.text is not None and mine.text.tokenize is not None",
+        "cat_result.maps['guided'].shape == (32, 32, 3)",
+    ],
 }
 
 
