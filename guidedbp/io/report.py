@@ -176,9 +176,8 @@ def report_data(records: list[dict], source: str = "manifest.jsonl") -> dict:
         the records with each caveat code. A target of a run that named its targets has
         a fifth item, ``[spec, description, kind]``, and its spec is counted in
         ``targets`` (records per spec, in order of appearance; empty for class runs);
-        its class is ``None`` unless it is a class or region target. An input inside the
-        installed package (``guidedbp demo``'s samples) is shown from ``guidedbp/`` on
-        (:func:`_shown_input`), its full path a sixth item.
+        its class is ``None`` unless it is a class or region target. A packaged sample's
+        input is shown from ``guidedbp/`` on (:func:`_shown_input`), its full path sixth.
 
     >>> data = report_data([{"input": "a b#.png", "status": "ok", "error": None,
     ...     "method": "guided", "targets": [{"class": 3, "label": "circle", "score": 0.5,
@@ -238,9 +237,7 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _shown_input(path: str) -> tuple[str, str | None]:
     """``(shown, full)``: a path inside the installed package (``guidedbp demo``'s
-    samples, ``.../site-packages/guidedbp/demo/data/samples/circle_0.png``) shown from
-    ``guidedbp/`` on, its full path kept for the tooltip; any other input as it is, with
-    ``None``.
+    samples) from ``guidedbp/`` on, and its full path; any other input as it is, ``None``.
 
     >>> sample = os.path.join(_PACKAGE, "demo", "data", "samples", "circle_0.png")
     >>> _shown_input(sample)[0], _shown_input(sample)[1] == sample
