@@ -226,6 +226,12 @@ def test_every_public_name_has_a_reference_entry():
     for dotted in ("guidedbp.keras.SaliencyCallback", "guidedbp.pytest_plugin"):
         if dotted not in directives:
             missing.append(dotted)
+    # the demo's data, which Getting started trains a model on
+    import guidedbp.demo
+
+    missing += [f"guidedbp.demo.{name}" for name in guidedbp.demo.__all__
+                if not any(entry.startswith("guidedbp.demo.") and entry.endswith(f".{name}")
+                           for entry in directives)]
     assert not missing, f"no ::: entry in docs/reference/ for {missing}"
 
 
