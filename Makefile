@@ -16,7 +16,7 @@ PEER_PYTHON ?= $(firstword $(shell for p in $(PYTHON) \
 	$$p -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))' \
 	2>/dev/null && echo $$p; done))
 
-.PHONY: install test test-all test-pythons test-peers peer-venv bench demo demo-model eval docs clean
+.PHONY: install test test-all test-pythons test-peers peer-venv bench demo demo-model eval docs docs-cli clean
 
 install: $(STAMP)
 
@@ -65,13 +65,22 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench.py
 
 # The documentation site (mkdocs.yml, pages under docs/) into build/site: --strict makes every
-# warning an error (a broken link or anchor, an API name that does not exist). The docs extra
-# goes into .venv/ once, with its own stamp.
+# warning an error (a broken link or anchor, an API name that does not exist). Then
+# tests/test_site.py opens it from the file system in headless Chromium: every link names a
+# file, the navigation lands on pages, the search finds a word, nothing comes from the
+# network. The docs extra goes into .venv/ once, with its own stamp.
 DOCS_STAMP := $(VENV)/.docs-installed
+
+# docs/cli.md holds each command's --help as click prints it (so that it reads on GitHub):
+# make docs-cli writes it again after a command's help changed (tests/test_docs.py fails
+# until then).
+docs-cli: $(DEMO_STAMP)
+	$(PY) docs/hooks/cli_help.py
 
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d build/site
-	@echo "Open build/site/index.html."
+	GUIDEDBP_SITE=build/site $(PY) -m pytest -q tests/test_site.py
+	@echo "Open build/site/index.html: from the file system (no server), links and search work."
 
 $(DOCS_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e ".[docs]"
@@ -82,6 +91,7 @@ $(DOCS_STAMP): $(STAMP)
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/guidedbp demo -o demo-out
 	@echo "Open demo-out/index.html (one samples/*.panel.png per shape: original | color | gray | overlay)."
+	@echo "The guidedbp command is .venv/bin/guidedbp: run '. .venv/bin/activate' to call it as guidedbp in this shell."
 
 # Retrain the bundled shapes models, ReLU (demo) and SiLU (demo-silu): fixed seeds,
 # about ten minutes each on 2 cores; then the segmentation model (demo-seg) and the

@@ -38,6 +38,15 @@ class Explainer(engine.Explainer):
     Everything :class:`guidedbp.engine.explainer.Explainer` does (see there for the
     methods and their options), and:
 
+    - ``images`` are what the model itself takes, as there: raw 0-255 pixels, for models
+      with a Rescaling layer inside (the bundled models; a keras-hub preset folder with an
+      image converter, which becomes such a layer); otherwise preprocessed as the model
+      was trained: :func:`guidedbp.models.preprocess.preprocess` with the mode
+      :attr:`~guidedbp.models.loading.LoadedModel.preprocess` names (a ``keras:NAME``
+      model's ``"caffe"``, ``"tf"`` or ``"torch"``). :func:`~guidedbp.explain_image` and
+      :func:`~guidedbp.explain_files` read files and preprocess them as the command line
+      does;
+
     - ``model`` may be any spec :func:`guidedbp.load_model` takes, or a
       :class:`~guidedbp.models.loading.LoadedModel` (kept as :attr:`loaded`);
     - black and white integrated-gradients baselines are the model's preprocessing

@@ -2,12 +2,15 @@
 supported Python.
 
 Builds the wheel and the sdist once (``python -m build``) and checks that both carry every
-file of ``guidedbp/``. Then, for each interpreter, a fresh venv under ``build/pythons/``
+file of ``guidedbp/``, and that ``pip install -e .`` (``make install``'s) prints no boxed
+warning (:func:`check_editable`). Then, for each interpreter, a fresh venv under ``build/pythons/``
 gets the package (never editable, never the source tree) and, from an empty folder, runs
 
 - ``guidedbp --version``, which must name every dependency at its installed version;
 - ``make demo``'s command, ``guidedbp demo -o demo-out``, in a folder of its own with
   no ``sample_images/``: the wheel carries the samples it explains;
+- there, the README's detector example after ``guidedbp demo --write-samples
+  sample_images`` (the wheel carries the clone's ``sample_images/``, scenes included);
 - ``guidedbp check demo`` and ``guidedbp evaluate demo --shapes 20``;
 - a smoke subset of the tests, on a copy of ``tests/``, so that ``import guidedbp`` can
   only find the installed package: ``SMOKE`` at the floors and the newest, the shorter
@@ -139,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         interpreters = {plan.version: find_python(plan.version) for plan in plans}
         wheel, sdist = build()
         check_contents(wheel, sdist)
+        check_editable()
         floors = runtime_floors(wheel)
         print(f"floors: {', '.join(f'{name} {floor}' for name, floor in floors.items())}")
         outcomes = [run_plan(plan, interpreters[plan.version], wheel, sdist, floors)
@@ -220,6 +224,29 @@ def check_contents(wheel: Path, sdist: Path) -> None:
     assert not missing, f"the sdist lacks {missing}"
     print(f"{wheel.name}: all {len(files)} files of guidedbp/ and both entry points; "
           f"{sdist.name}: the same files, pyproject.toml and README.md")
+
+
+def check_editable() -> None:
+    """``pip install -e .``, as ``make install`` runs it (this venv's pip, build isolation),
+    into a venv of its own: what it prints must hold no boxed warning. setuptools boxes its
+    notes between ``!!`` lines; for a flat layout without ``package-dir`` it printed
+    "Editable installation ... Please be careful with folders in your working directory"
+    on every install, which read like an error."""
+    venv = OUT / "editable-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
+                           "install", "--quiet", "--no-deps", "--disable-pip-version-check",
+                           "-e", str(ROOT)], capture_output=True, text=True,
+                          timeout=INSTALL_TIMEOUT)
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        tail = "\n".join(output.splitlines()[-15:])
+        raise Missing(f"pip install -e . failed:\n{tail}")
+    boxed = [line.strip() for line in output.splitlines()
+             if line.strip() == "!!" or "Editable installation" in line]
+    assert not boxed, f"pip install -e . prints setuptools' boxed warning:\n{output}"
+    shutil.rmtree(venv)
+    print("pip install -e .: no warning")
 
 
 def runtime_floors(wheel: Path) -> dict[str, str]:
@@ -314,6 +341,13 @@ def run_plan(plan: Plan, python: Path, wheel: Path, sdist: Path,
     bare.mkdir()
     step("demo", [guidedbp, "demo", "-o", "demo-out"], cwd=bare,
          check=lambda out: demo_problem(bare / "demo-out", ROOT / "sample_images" / "shapes"))
+    step("samples", [guidedbp, "demo", "--write-samples", "sample_images"], cwd=bare,
+         check=lambda out: samples_problem(bare / "sample_images", ROOT / "sample_images"))
+    step("detector", [guidedbp, "explain", "demo-det", "sample_images/scenes", "-o", "dets",
+                      "--detections", "top:2"], cwd=bare,
+         check=lambda out: None if (bare / "dets" / "scenes" /
+                                    "scene_0.png.det-1-ring.guided.color.png").is_file()
+         else "no dets/scenes/scene_0.png.det-1-ring.guided.color.png")
     step("check", [guidedbp, "check", "demo"])
     step("evaluate", [guidedbp, "evaluate", "demo", "--shapes", "20"],
          check=lambda out: None if re.search(r"^overall\s+20\s", out, re.M) else
@@ -338,6 +372,18 @@ def demo_problem(out: Path, shapes: Path) -> str | None:
     wrong = [(r["input"], r["status"], r.get("label")) for r in records
              if r["status"] != "ok" or r.get("label") != Path(r["input"]).stem.split("_")[0]]
     return f"records not ok or not labelled by their shape: {wrong}" if wrong else None
+
+
+def samples_problem(written: Path, clone: Path) -> str | None:
+    """How ``guidedbp demo --write-samples``'s folder differs from the clone's
+    ``sample_images/``."""
+    def tree(root: Path) -> dict[str, bytes]:
+        return {path.relative_to(root).as_posix(): path.read_bytes()
+                for path in root.rglob("*") if path.is_file()}
+
+    ours, theirs = tree(written), tree(clone)
+    differ = sorted(name for name in set(ours) | set(theirs) if ours.get(name) != theirs.get(name))
+    return f"sample_images/ differs from the clone's in {differ}" if differ else None
 
 
 def version_problem(out: str, versions: dict[str, str]) -> str | None:

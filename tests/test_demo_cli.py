@@ -72,3 +72,43 @@ def test_the_samples_and_every_data_file_are_package_data():
             and "__pycache__" not in path.parts}
     assert not data - shipped, sorted(str(p.relative_to(package)) for p in data - shipped)
     assert {PACKAGED_SAMPLES / f"{name}_0.png" for name in CLASS_NAMES} <= shipped
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {path.relative_to(root).as_posix(): path.read_bytes()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def test_write_samples_gives_a_wheel_install_the_clones_sample_images(tmp_path, monkeypatch):
+    """The examples name sample_images/...: the package carries all of it (the wheel too:
+    make test-pythons runs the detector example from a bare folder), byte for byte."""
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("demo", "--write-samples", "sample_images", code=0)
+    written = _tree(tmp_path / "sample_images")
+    assert written == _tree(REPO / "sample_images")
+    assert {"scenes/scene_0.png", "masks/shapes/star_0.png", "cat.jpg", "CREDITS"} <= set(written)
+    assert f"{len(written)} sample pictures in sample_images/" in result.stderr
+    assert not (tmp_path / "demo-out").exists()  # it writes the samples only
+    run_cli("demo", "--write-samples", "sample_images", "-q", code=0)  # the same bytes: kept
+    (tmp_path / "sample_images" / "cat.jpg").write_bytes(b"a photo of yours")
+    result = run_cli("demo", "--write-samples", "sample_images")
+    assert_one_line_error(result, "sample_images/cat.jpg exists and is not the sample")
+    assert (tmp_path / "sample_images" / "cat.jpg").read_bytes() == b"a photo of yours"
+
+
+def test_every_sample_the_pages_name_is_in_the_package():
+    """Each ``sample_images/...`` path of the README's and the docs' examples is one the
+    package carries (a file, or a folder of some), so they run after a wheel install."""
+    from guidedbp.demo.samples import packaged_files
+
+    shipped = set(packaged_files())
+    folders = {str(Path(name).parent) for name in shipped} | {
+        str(parent) for name in shipped for parent in Path(name).parents}
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    named = {(page.name, found) for page in pages for found in re.findall(
+        r"sample_images/([\w./*-]*[\w*])", page.read_text(encoding="utf-8"))}
+    assert any(name == "scenes" for _, name in named)
+    missing = sorted((page, name) for page, name in named if name.rstrip("/") not in shipped
+                     and name.rstrip("/") not in folders
+                     and not any(Path(s).match(name) for s in shipped))
+    assert not missing, f"the pages name samples the package lacks: {missing}"

@@ -67,6 +67,34 @@ def test_the_readme_is_short_and_starts_with_the_two_commands():
     assert text.index(first_block[0]) < text.index("\n## ")  # before any section
 
 
+#: What `make demo` prints last, and what the README and Getting started say before their
+#: first `guidedbp` command: the command lives in the clone's venv.
+WHERE_THE_COMMAND_IS = (".venv/bin/guidedbp", ". .venv/bin/activate")
+
+
+def test_make_demo_says_where_the_command_is():
+    """`make demo` installs into .venv/: a bare `guidedbp` is "command not found" until
+    the venv is activated, so its last line says how (make -n prints the recipe)."""
+    import subprocess
+
+    done = subprocess.run(["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("echo ") and all(words in last for words in WHERE_THE_COMMAND_IS), \
+        last
+
+
+@pytest.mark.parametrize("page", [README, DOCS / "getting-started.md"], ids=lambda p: p.name)
+def test_the_first_guidedbp_command_says_where_it_is(page):
+    text = page.read_text(encoding="utf-8")
+    first = re.search(r"^guidedbp ", text, re.M)
+    assert first, f"{page.name} has no guidedbp command"
+    before = text[:first.start()]
+    missing = [words for words in WHERE_THE_COMMAND_IS if words not in before]
+    assert not missing, f"{page.name} names {missing} only after its first guidedbp command"
+
+
 def test_the_readme_links_every_top_level_page():
     linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", README.read_text(encoding="utf-8")))
     assert linked >= {page.name for page in DOCS.glob("*.md")} - {"index.md"}
@@ -125,21 +153,54 @@ def test_every_page_is_in_the_navigation_and_every_entry_is_a_page():
 
 
 def test_the_command_line_page_shows_each_commands_own_help():
+    """docs/cli.md is committed with each command's help in it (GitHub shows the file as
+    it is): the text must be what the command prints now."""
     from guidedbp.cli import COMMANDS
 
     hook = _hook("cli_help")
     page = (DOCS / "cli.md").read_text(encoding="utf-8")
-    markers = hook.MARKER.findall(page)
+    markers = [name for name, _ in hook.MARKER.findall(page)]
     assert sorted(markers) == sorted(["guidedbp", *COMMANDS])
+    stale = []
     for name in markers:
         argv = ["--help"] if name == "guidedbp" else [name, "--help"]
         shown = run_cli(*argv, code=0, prog_name="guidedbp", terminal_width=hook.WIDTH).stdout
         assert hook.help_text(name) + "\n" == shown, name
-    built = hook.replace_markers(page)
-    assert "<!-- click:" not in built
-    assert f"```text\n{hook.help_text('merge-manifests')}\n```" in built
+        if f"<!-- click: {name} -->\n```text\n{shown}```\n" not in page:
+            stale.append(name)
+    assert not stale, f"docs/cli.md shows an old --help of {stale}: run make docs-cli"
+    assert hook.replace_markers(page) == page
     with pytest.raises(Exception, match="guidedbp has no command 'explian'"):
         hook.replace_markers("<!-- click: explian -->")
+
+
+def test_the_help_block_of_the_command_line_page_is_written_again(tmp_path):
+    hook = _hook("cli_help")
+    stale = "<!-- click: merge-manifests -->\n```text\nUsage: guidedbp merge-manifests OLD\n```\n"
+    fresh = f"<!-- click: merge-manifests -->\n```text\n{hook.help_text('merge-manifests')}\n```\n"
+    assert hook.replace_markers(stale) == fresh
+    assert hook.replace_markers("<!-- click: merge-manifests -->\n") == fresh
+
+
+def test_the_help_names_every_bundled_model_and_model_kind():
+    import doctest
+
+    from guidedbp.models import bundled
+    from guidedbp.models.bundled import BUNDLED
+    from guidedbp.models.loading import DEMO_SPECS
+
+    assert doctest.testmod(bundled).failed == 0
+
+    def bare(text: str) -> str:  # click wraps lines at spaces and after hyphens
+        return re.sub(r"\s+", "", text)
+
+    shown = bare(run_cli("--help", code=0, prog_name="guidedbp").stdout)
+    assert DEMO_SPECS == {model.spec: model.stem for model in BUNDLED}
+    missing = [model.spec for model in BUNDLED if bare(f"{model.spec}: {model.what}") not in shown]
+    assert not missing, f"guidedbp --help does not name {missing}"
+    for kind in (".keras or .h5 file", "SavedModel folder", "keras-hub preset folder",
+                 "keras:NAME"):
+        assert bare(kind) in shown
 
 
 def _directives() -> set[str]:
@@ -165,7 +226,55 @@ def test_every_public_name_has_a_reference_entry():
     for dotted in ("guidedbp.keras.SaliencyCallback", "guidedbp.pytest_plugin"):
         if dotted not in directives:
             missing.append(dotted)
+    # the demo's data, which Getting started trains a model on
+    import guidedbp.demo
+
+    missing += [f"guidedbp.demo.{name}" for name in guidedbp.demo.__all__
+                if not any(entry.startswith("guidedbp.demo.") and entry.endswith(f".{name}")
+                           for entry in directives)]
     assert not missing, f"no ::: entry in docs/reference/ for {missing}"
+
+
+#: The command line's rule for what pixels a model takes (``--preprocess``'s help), which
+#: the Python API's docstrings and pages say in the same words.
+PIXEL_RULE = "raw 0-255 pixels, for models with a Rescaling layer inside"
+
+
+def _plain(text: str) -> str:
+    """Text as the rule is compared: no code marks, ASCII dashes, single spaces."""
+    return " ".join(text.replace("`", "").replace("\u2013", "-").split())
+
+
+def test_the_python_api_says_what_pixels_go_in_as_the_command_line_does():
+    """"Preprocessed" alone left a reader with a Rescaling model unsure: raw 0-255 it is."""
+    import guidedbp
+    from guidedbp.engine import explainer as engine
+
+    places = {
+        "explain --help": run_cli("explain", "--help", code=0, terminal_width=200).stdout,
+        "guidedbp.Explainer": guidedbp.Explainer.__doc__,
+        "guidedbp.engine.explainer.Explainer": engine.Explainer.__doc__,
+        **{page.relative_to(REPO).as_posix(): page.read_text(encoding="utf-8")
+           for page in (README, DOCS / "python-api.md", DOCS / "getting-started.md")},
+    }
+    missing = [where for where, text in places.items() if PIXEL_RULE not in _plain(text)]
+    assert not missing, f"{missing} do not say {PIXEL_RULE!r}"
+
+
+def test_the_reference_index_names_every_public_name_and_target():
+    """The index's table: every name ``import guidedbp`` gives, and every target class."""
+    import guidedbp
+    import guidedbp.targets
+
+    rows = [row.split(" | ") for row in re.findall(r"^\| (.+) \|$",
+                                                    (DOCS / "reference" / "index.md").read_text(
+                                                        encoding="utf-8"), re.M)]
+    names = {name for row in rows for name in re.findall(r"`guidedbp\.(\w+)", row[0])}
+    missing = [name for name in guidedbp.__all__ if name != "__version__" and name not in names]
+    assert not missing, f"docs/reference/index.md's table does not name {missing}"
+    targets = next(row[1] for row in rows if row[0] == "`guidedbp.targets`")
+    missing = [name for name in guidedbp.targets.__all__ if f"`{name}`" not in targets]
+    assert not missing, f"the targets row of docs/reference/index.md lacks {missing}"
 
 
 # -- the docstring markup of the API reference -----------------------------------------------

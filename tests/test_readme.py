@@ -51,6 +51,10 @@ SKIPPED = {
     "docs/batch-runs.md": {
         "/data/": "paths on a cluster's shared volume (the commands above run the same here)",
     },
+    "docs/detectors.md": {
+        'name = "clip_vit_base_patch16"': "downloads keras-hub's CLIP; the block after it "
+                                          "saves the same three objects of a local preset",
+    },
     "docs/getting-started.md": {
         "guidedbp explain keras:ResNet50 sample_images/cat.jpg": "downloads ImageNet weights",
     },
@@ -69,6 +73,11 @@ SKIPPED = {
                                                    "tests/test_demo_seg.py evaluates 4 shapes",
     },
 }
+
+#: Sections whose Python blocks take minutes: marked ``heavy`` (make test-all and CI run
+#: them, make test does not): (page, heading) -> why.
+HEAVY = {("docs/getting-started.md", "A model of your own on the shapes"):
+         "trains a CNN for 165 CPU-seconds (the time the page states)"}
 
 #: Sections whose snippets run against moto's S3 server: (page, heading).
 ON_S3 = {("docs/scaling.md", "Try it locally on moto")}
@@ -123,6 +132,19 @@ STATED = {
         "result.original_maps()['guided'].shape[:2] == result.image.shape[:2]",
     ],
     ("docs/python-api.md", "In a notebook"): ["type(figure).__name__ == 'Figure'"],
+    ("docs/getting-started.md", "A model of your own on the shapes"): [
+        "accuracy >= 0.93",  # the page says 0.952, "a point or two away" elsewhere
+        "mine.count_params() < 120_000",
+        "__import__('os').path.isfile('shapes_mine.keras')",
+    ],
+    ("docs/detectors.md", "Making a preset folder"): [
+        "all(__import__('os').path.isfile(f'my-clip/{name}') for name in ('config.json', "
+        "'model.weights.h5', 'tokenizer.json', 'image_converter.json'))",
+        "mine.loaded.preprocess_source.startswith(\"the preset's image converter rescales raw "
+        "0-255 pixels\")",
+        "mine.text is not None and mine.text.tokenize is not None",
+        "cat_result.maps['guided'].shape == (32, 32, 3)",
+    ],
 }
 
 
@@ -327,6 +349,7 @@ def test_every_skip_and_stated_value_names_a_snippet_that_exists():
     assert not stale, f"SKIPPED names no snippet of its page any more: {stale}"
     assert not set(STATED) - set(_python_sections()), "STATED names a section that is gone"
     assert not ON_S3 - set(_shell_sections()), "ON_S3 names a section that is gone"
+    assert not set(HEAVY) - set(_python_sections()), "HEAVY names a section that is gone"
     stated = {path for s in SNIPPETS if s.language == "sh" for c in _commands(s)
               for path in c.stated}
     assert set(DRAWN.values()) <= stated, "DRAWN names an output no command states"
@@ -363,7 +386,8 @@ def test_shell_commands_are_parsed_as_a_shell_would():
     assert (second.argv, second.line) == (["make", "demo"], 14)
 
 
-@pytest.mark.parametrize("key", _python_sections(), ids=_section_id)
+@pytest.mark.parametrize("key", [pytest.param(key, marks=pytest.mark.heavy) if key in HEAVY
+                                 else key for key in _python_sections()], ids=_section_id)
 def test_python_blocks_of_the_section_run(key, in_reader_folder, request):
     namespace = _run_python_blocks(key, in_reader_folder, request)
     namespace["np"] = np

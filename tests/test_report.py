@@ -688,6 +688,50 @@ def test_the_render_switch_shows_one_render_per_method(page, sample_out, tmp_pat
                          "document.querySelectorAll('#rows .thumb').length]") == [True, 2]
 
 
+def test_the_render_switch_of_a_run_of_several_methods_has_the_panel(page, tmp_path):
+    """``--method guided,gradcam --render panel,overlay`` writes one comparison panel
+    (named ``panel`` alone) and an overlay per method: two renders, so a switch."""
+    items = []
+    for name in ("a.png", "b.png"):
+        entry = target(name, 0, "circle", 0.9, renders=("overlay",))
+        entry["outputs"]["panel"] = f"{name}.panel.png"
+        items.append(record(name, targets=[entry]))
+    out = make_out(tmp_path / "out", items)
+    write_report(out)
+    open_report(page, out)
+    assert page.evaluate("[!document.getElementById('render-control').hidden, "
+                         "[...document.getElementById('render-filter').options]"
+                         ".map(o => o.value)]") == [True, ["", "overlay", "panel"]]
+    choose(page, "render-filter", "panel")
+    assert page.evaluate("[...document.querySelectorAll('#rows .thumb a')]"
+                         ".map(a => a.getAttribute('href'))") == ["a.png.panel.png",
+                                                                  "b.png.panel.png"]
+    choose(page, "render-filter", "overlay")
+    assert len(page.evaluate("[...document.querySelectorAll('#rows .thumb a')]"
+                             ".map(a => a.getAttribute('href'))")) == 4
+
+
+def test_a_packaged_sample_is_named_from_the_package_on(page, tmp_path):
+    """``guidedbp demo`` explains the package's own samples: the row names
+    ``guidedbp/demo/data/samples/circle_0.png``, not the install's absolute path (kept in
+    the tooltip and the manifest)."""
+    from guidedbp.demo.samples import PACKAGED_SAMPLES
+
+    sample = os.fspath(PACKAGED_SAMPLES / "circle_0.png")
+    items = [record(sample, targets=[target("samples/circle_0.png", 0, "circle", 0.99)]),
+             record("/data/photos/cat.jpg", targets=[target("photos/cat.jpg", 1, "cat", 0.5)])]
+    data = report_data(items)
+    assert data["records"][0][0] == "guidedbp/demo/data/samples/circle_0.png"
+    assert data["records"][0][5] == sample
+    assert data["records"][1][0] == "/data/photos/cat.jpg" and len(data["records"][1]) == 5
+    out = make_out(tmp_path / "out", items)
+    write_report(out)
+    open_report(page, out)
+    assert page.evaluate("[...document.querySelectorAll('#rows td.input')].map(c => "
+                         "[c.querySelector('.name').textContent, c.title])") == [
+        ["guidedbp/demo/data/samples/circle_0.png", sample], ["/data/photos/cat.jpg", ""]]
+
+
 # -- caveats -------------------------------------------------------------------------------------
 
 UNTRAINED = {"code": "untrained-weights",

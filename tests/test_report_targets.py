@@ -105,11 +105,11 @@ def test_named_targets_show_their_descriptions(page, target_out):
     assert page.evaluate("[...document.querySelectorAll('#rows th')].map(t => t.textContent)") \
         == ["#", "input", "status", "target", "score", "maps"]
     cells = page.evaluate(TARGET_CELLS)
-    assert cells[0] == [["region:circle (1,234 px)", "812.5"], ["unit:2 = 0.73", "0.73"],
-                        ["similar:ref.jpg = 0.91", "0.91"]]
-    assert cells[1] == [["region:circle (56 px)", "40.25"], ["unit:2 = 2.50", "2.5"],
-                        ["similar:ref.jpg = -0.20", "-0.2"]]
-    assert cells[2] == [["unit:2 = -1.00", "-1"]]
+    assert cells[0] == [["region:circle (1,234 px)", "812.500"], ["unit:2 = 0.73", "0.730"],
+                        ["similar:ref.jpg = 0.91", "0.910"]]
+    assert cells[1] == [["region:circle (56 px)", "40.250"], ["unit:2 = 2.50", "2.500"],
+                        ["similar:ref.jpg = -0.20", "-0.200"]]
+    assert cells[2] == [["unit:2 = -1.00", "-1.000"]]
     # a value that is no probability gets no bar
     assert page.evaluate("document.querySelectorAll('#rows td.score .bar').length") == 0
     assert page.evaluate("document.querySelector('#rows td.class').title") == "region:circle"
@@ -166,3 +166,31 @@ def test_a_class_run_renders_as_before(page, tmp_path):
     assert page.evaluate("document.querySelectorAll('#rows td.score .bar').length") == 6
     assert page.evaluate("[...document.querySelectorAll('#rows tr.row')]"
                          ".every(r => !('target' in r.dataset))")
+
+
+def test_every_score_has_one_format(page, tmp_path):
+    """A detection's score was shown as JSON wrote it (``1``, ``0.998501``) beside a class's
+    ``1.000``: every score has three decimals (powers of ten when tiny or huge), its full
+    value in the tooltip; only a probability has a bar."""
+    def detection(stem, rank, label, score):
+        return named_target(stem, f"det:{rank}", "detection",
+                            f"det:{rank} {label} p={score:.3f}, IoU 1.00", score, index=rank,
+                            label=label)
+
+    items = [record("scene.png", targets=[detection("scene.png", 1, "ring", 1.0),
+                                          detection("scene.png", 2, "star", 0.998501)],
+                    methods=METHODS),
+             record("tiny.png", targets=[unit("tiny.png", 0.000412),
+                                         unit("tiny.png", 2.5e7)], methods=METHODS)]
+    classes = [record("shape.png", targets=[
+        {"class": 0, "label": "circle", "score": 0.998501, "raw": None,
+         "outputs": {"color": "shape.png.guided.color.png"}}], methods=METHODS)]
+    texts = []
+    for name, records_ in (("det", items), ("classes", classes)):
+        open_report(page, write_out(tmp_path / name, records_))
+        texts.append(page.evaluate("[...document.querySelectorAll('#rows td.score')]"
+                                   ".map(c => [c.firstChild.textContent, c.title, "
+                                   "c.querySelectorAll('.bar').length])"))
+    assert texts[0] == [["1.000", "1", 0], ["0.999", "0.998501", 0],
+                        ["4.1e-4", "0.000412", 0], ["2.500e+7", "25000000", 0]]
+    assert texts[1] == [["0.999", "0.998501", 1]]

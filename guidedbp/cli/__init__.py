@@ -17,6 +17,7 @@ import click
 
 from guidedbp import __version__
 from guidedbp.cli.common import Command
+from guidedbp.models.bundled import model_help
 
 #: What ``guidedbp --version`` reports beside itself: these import names' distributions.
 VERSION_MODULES = ("tensorflow", "keras", "numpy", "PIL", "click")
@@ -65,6 +66,9 @@ def _print_version(ctx: click.Context, param, value: bool) -> None:
         ctx.exit()
 
 
+#: The first line of ``guidedbp --help``.
+_TITLE = "Guided backpropagation saliency maps for TensorFlow/Keras image classifiers."
+
 #: The commands, by the name each declares: name -> (module, attribute). ``--help``
 #: lists them sorted, as click lists a group's commands.
 COMMANDS = {
@@ -95,17 +99,12 @@ class Main(Command):
         return command
 
 
-@click.group(cls=Main,
+@click.group(cls=Main, help=f"{_TITLE}\n\n{model_help()}",
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_print_version,
               help="Show guidedbp's version, Python's and its dependencies', and exit.")
 def main() -> None:
-    """Guided backpropagation saliency maps for TensorFlow/Keras image classifiers.
-
-    MODEL is a .keras or .h5 file, a SavedModel folder, keras:NAME for a
-    keras.applications model (keras:ResNet50, keras:MobileNetV2, ...), or demo for
-    the bundled shapes classifier (demo-silu: the same with SiLU activations;
-    demo-seg: a shapes segmentation model, explained by region).
-    """
+    """The ``guidedbp`` group; its help is :data:`_TITLE` and what MODEL may be
+    (:func:`~guidedbp.models.bundled.model_help`, the bundled models from their list)."""
 

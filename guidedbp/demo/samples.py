@@ -7,8 +7,11 @@ with seed :data:`SAMPLES_SEED` goes to ``shapes/<class>_0.png``, and its object 
 
 The six shapes also ship inside the package, in :data:`PACKAGED_SAMPLES`
 (``guidedbp/demo/data/samples/``), so that ``guidedbp demo`` runs from a ``pip install``
-alone. The command writes that copy too when it writes the default ``sample_images/``,
-and a test checks that the two hold the same bytes.
+alone, and so does the rest of ``sample_images/`` (masks, scenes, photographs and their
+``CREDITS``), in :data:`PACKAGED_PICTURES`: ``guidedbp demo --write-samples DIR``
+(:func:`copy_samples`) writes the whole folder again from them, for the documentation's
+examples, which name ``sample_images/...``. The command writes those copies too when it
+writes the default ``sample_images/``, and a test checks that they hold the same bytes.
 
 Photographs: with ``--skimage-wheel``, three of scikit-image's bundled photographs are
 read from its wheel (``pip download --no-deps scikit-image``; the wheel is a zip file and
@@ -49,6 +52,67 @@ DEFAULT_ROOT = Path("sample_images")
 
 #: The sample shapes the package carries (the wheel too): what ``guidedbp demo`` explains.
 PACKAGED_SAMPLES = Path(__file__).with_name("data") / "samples"
+
+
+#: The rest of ``sample_images/`` as the package carries it: ``masks/shapes/``,
+#: ``scenes/``, the photographs and ``CREDITS``.
+PACKAGED_PICTURES = PACKAGED_SAMPLES.with_name("sample_images")
+
+
+class SamplesExistError(ValueError):
+    """:func:`copy_samples` would replace a file of other bytes."""
+
+
+def packaged_files() -> dict[str, Path]:
+    """Every file of ``sample_images/`` the package carries: its path there (``shapes/
+    circle_0.png``, ``scenes/scene_0.png``, ``cat.jpg``...) -> the package's copy.
+
+    >>> files = packaged_files()
+    >>> files["shapes/circle_0.png"].parent.name, "scenes/scene_0.png" in files
+    ('samples', True)
+    """
+    files = {f"shapes/{path.name}": path for path in packaged_samples()}
+    files.update({path.relative_to(PACKAGED_PICTURES).as_posix(): path
+                  for path in sorted(PACKAGED_PICTURES.rglob("*")) if path.is_file()})
+    return dict(sorted(files.items()))
+
+
+def copy_samples(root: str | Path) -> list[Path]:
+    """Write the package's copy of ``sample_images/`` (:func:`packaged_files`) under
+    ``root``, as a clone has it; files already there with the same bytes are kept.
+
+    Returns:
+        The paths written or kept, sorted.
+
+    Raises:
+        SamplesExistError: A file there holds other bytes (nothing is written then).
+    """
+    root = Path(root)
+    files = {root / name: source for name, source in packaged_files().items()}
+    for target, source in files.items():
+        if target.exists() and (not target.is_file()
+                                or target.read_bytes() != source.read_bytes()):
+            raise SamplesExistError(f"{target} exists and is not the sample of that name: "
+                                    "choose another folder")
+    for target, source in files.items():
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read_bytes())
+    return sorted(files)
+
+
+def _update_package_copy(root: Path) -> list[Path]:
+    """Copy ``root``'s masks, scenes, photographs and CREDITS into
+    :data:`PACKAGED_PICTURES` (the package's copy of ``sample_images/``)."""
+    written = []
+    for path in sorted(root.rglob("*")):
+        name = path.relative_to(root)
+        if path.is_file() and name.parts[0] != "shapes":
+            target = PACKAGED_PICTURES / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+            written.append(target)
+    return written
 
 
 def packaged_samples() -> list[Path]:
@@ -172,6 +236,9 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(scene_boxes_text(args.seed)))
     if args.skimage_wheel is not None:
         for path in write_photos(args.root, args.skimage_wheel):
+            print(path)
+    if args.root == DEFAULT_ROOT and args.seed == SAMPLES_SEED:
+        for path in _update_package_copy(args.root):  # the copy the package (and wheel) ships
             print(path)
 
 

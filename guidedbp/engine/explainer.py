@@ -102,6 +102,9 @@ class Explainer:
     repeats them for each noisy copy. :meth:`predict` gives the same forward pass's
     class scores and probabilities.
 
+    ``images`` are in the model's input space, what its call takes: raw 0-255 pixels, for
+    models with a Rescaling layer inside; otherwise preprocessed as the model was trained.
+
     A softmax or sigmoid head is bypassed: maps explain the pre-activation logit.
     Every ``Relu`` and ``Relu6`` op the forward pass creates is guided (fused
     activations, ``ReLU``/``Activation`` layers, nested models, ``tf.nn.relu`` in

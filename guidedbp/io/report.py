@@ -176,7 +176,8 @@ def report_data(records: list[dict], source: str = "manifest.jsonl") -> dict:
         the records with each caveat code. A target of a run that named its targets has
         a fifth item, ``[spec, description, kind]``, and its spec is counted in
         ``targets`` (records per spec, in order of appearance; empty for class runs);
-        its class is ``None`` unless it is a class or region target.
+        its class is ``None`` unless it is a class or region target. A packaged sample's
+        input is shown from ``guidedbp/`` on (:func:`_shown_input`), its full path sixth.
 
     >>> data = report_data([{"input": "a b#.png", "status": "ok", "error": None,
     ...     "method": "guided", "targets": [{"class": 3, "label": "circle", "score": 0.5,
@@ -214,8 +215,9 @@ def report_data(records: list[dict], source: str = "manifest.jsonl") -> dict:
         record_caveats = _caveats(record)
         for code in dict.fromkeys(caveat[0] for caveat in record_caveats):
             caveat_counts[code] = caveat_counts.get(code, 0) + 1
-        compact.append([_text(record.get("input")) or "", status,
-                        _text(record.get("error")), targets, record_caveats])
+        shown, full = _shown_input(_text(record.get("input")) or "")
+        compact.append([shown, status, _text(record.get("error")), targets, record_caveats,
+                        *([full] if full else [])])
     for target in (target for row in compact for target in row[3]):
         target[3] = [target[3].get(index) for index in range(len(columns))]
     return {
@@ -227,6 +229,26 @@ def report_data(records: list[dict], source: str = "manifest.jsonl") -> dict:
                     "classes": len(labels), "source": source,
                     "caveats": [[code, caveat_counts[code]] for code in sorted(caveat_counts)]},
     }
+
+
+#: The installed package's folder: inputs below it are its samples.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _shown_input(path: str) -> tuple[str, str | None]:
+    """``(shown, full)``: a path inside the installed package (``guidedbp demo``'s
+    samples) from ``guidedbp/`` on, and its full path; any other input as it is, ``None``.
+
+    >>> sample = os.path.join(_PACKAGE, "demo", "data", "samples", "circle_0.png")
+    >>> _shown_input(sample)[0], _shown_input(sample)[1] == sample
+    ('guidedbp/demo/data/samples/circle_0.png', True)
+    >>> _shown_input("photos/cat.jpg")
+    ('photos/cat.jpg', None)
+    """
+    if not path.startswith(_PACKAGE + os.sep):
+        return path, None
+    inside = os.path.relpath(path, os.path.dirname(_PACKAGE))
+    return inside.replace(os.sep, "/"), path
 
 
 def _script_json(value: object) -> str:

@@ -21,6 +21,7 @@ from guidedbp._text import one_line
 from guidedbp.errors import ArgumentError, GuidedbpError, ModelLoadError
 from guidedbp.models import labels as labels_module
 from guidedbp.models.applications import WEIGHTS_CHOICES, load_application
+from guidedbp.models.bundled import BUNDLED
 from guidedbp.models.frozen import FrozenGraph, constant_to_placeholder
 from guidedbp.models.keras_files import keras_file_format, load_keras_file
 from guidedbp.models.loaded import (
@@ -69,9 +70,8 @@ DEMO_SEG_SPEC = "demo-seg"
 DEMO_DET_SPEC = "demo-det"
 
 #: Each bundled model's spec and the stem of its files in ``guidedbp/demo/data/``
-#: (``STEM.keras`` and ``STEM_labels.txt``).
-DEMO_SPECS = {DEMO_SPEC: "shapes", DEMO_SILU_SPEC: "shapes_silu", DEMO_SEG_SPEC: "shapes_seg",
-              DEMO_DET_SPEC: "shapes_det"}
+#: (``STEM.keras`` and ``STEM_labels.txt``), from :data:`guidedbp.models.bundled.BUNDLED`.
+DEMO_SPECS = {model.spec: model.stem for model in BUNDLED}
 
 
 def load_model(

@@ -49,11 +49,13 @@
   // thumbnails; every row draws every slot, a blank one where it has no file, so the
   // grids line up from row to row whatever the number of methods and renders.
   var groups = [], groupOf = Object.create(null);
+  // A run of several methods names its comparison panel "panel" alone: a render too.
   columns.forEach(function (column, index) {
     var dot = column.lastIndexOf("."), method = dot > 0 ? column.slice(0, dot) : column;
     var group = groupOf[method];
     if (!group) groups.push(group = groupOf[method] = {method: method, slots: []});
-    group.slots.push({index: index, column: column, render: dot > 0 ? column.slice(dot + 1) : ""});
+    group.slots.push({index: index, column: column,
+                      render: dot > 0 ? column.slice(dot + 1) : column === "panel" ? "panel" : ""});
   });
   var renders = [];  // the renders a run wrote, for the render switch
   groups.forEach(function (group) {
@@ -324,17 +326,15 @@
     }
     row.appendChild(cell);
     cell = el("td", "score");
-    // A probability gets its bar; another target's value (a unit, a region's summed
-    // logits, a cosine similarity) is a number alone.
+    // Every score in one format (its full value in the tooltip); a probability gets its
+    // bar, another target's value (a unit, a region's summed logits, a cosine similarity,
+    // a detection's IoU x class score) is the number alone.
     var probability = info === undefined || info[2] === "class";
-    if (target[2] !== null && !probability) {
-      cell.appendChild(document.createTextNode(String(target[2])));
+    if (target[2] !== null) {
+      cell.appendChild(document.createTextNode(scoreText(target[2])));
       cell.title = String(target[2]);
-    } else if (target[2] !== null) {
-      var score = target[2], text = score === 0 || score >= 0.01 ? score.toFixed(3)
-          : score.toExponential(1);
-      cell.appendChild(document.createTextNode(text));
-      cell.title = String(target[2]);
+    }
+    if (target[2] !== null && probability) {
       var bar = el("span", "bar"), fill = el("span");
       fill.style.width = Math.max(0, Math.min(100, target[2] * 100)) + "%";
       bar.appendChild(fill);
@@ -342,6 +342,13 @@
     }
     row.appendChild(cell);
     if (columns.length) row.appendChild(mapsCell(target, onlyRender));
+  }
+  // Three decimals, as the panels' captions write a probability; tiny and huge values in
+  // powers of ten.
+  function scoreText(score) {
+    var size = Math.abs(score);
+    return score === 0 || (size >= 0.01 && size < 1e6) ? score.toFixed(3)
+        : score.toExponential(size < 1 ? 1 : 3);
   }
   // A name that may break after each "/" (and, when a part is longer than its cell,
   // anywhere), never in the middle of a short word.
@@ -367,6 +374,7 @@
     var status = el("td", "status");
     number.rowSpan = name.rowSpan = status.rowSpan = span;
     name.appendChild(pathText(record[0]));
+    if (record[5]) name.title = record[5];  // a packaged sample's full path
     if (record[2] !== null && targets.length) name.appendChild(el("div", "reason", record[2]));
     var caveats = record[4] || [];
     if (caveats.length) {
