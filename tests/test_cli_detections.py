@@ -442,7 +442,7 @@ def test_inspect_says_a_detector_is_one(ws):
                     "the image's pixels) or --detections top:K")
     info = json.loads(run_cli("inspect", ws / "det.keras", "--json", code=0).stdout)
     assert info["detector"] == {"kind": "boxes", "boxes": "boxes", "scores": "scores",
-                                "proposals": 16, "classes": 2}
+                                "proposals": 16, "classes": 2, "degenerate": None}
     other = json.loads(run_cli("inspect", ws / "clf.keras", "--json", code=0).stdout)
     assert other["detector"] is None
 

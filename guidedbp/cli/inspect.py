@@ -179,9 +179,12 @@ def detector_line(detector: dict) -> str:
         detector["kind"], "")
     proposals = detector["proposals"] if detector["proposals"] is not None else "?"
     classes = detector["classes"] if detector["classes"] is not None else "?"
-    return (f"{kind}boxes {detector['boxes']!r}, class scores {detector['scores']!r}: "
-            f"{proposals} proposals of {classes} classes; explain one with --target "
-            "box:X0,Y0,X1,Y1[:C] (its corners in the image's pixels) or --detections top:K")
+    found = (f"{kind}boxes {detector['boxes']!r}, class scores {detector['scores']!r}: "
+             f"{proposals} proposals of {classes} classes; ")
+    if detector.get("degenerate"):
+        return found + f"no detection can be explained: {detector['degenerate']}"
+    return found + ("explain one with --target box:X0,Y0,X1,Y1[:C] (its corners in the "
+                    "image's pixels) or --detections top:K")
 
 
 def text_tower_line(tower: dict) -> str:

@@ -85,8 +85,9 @@ def plan_detections(options, outputs: tuple[ModelOutput, ...], labels, detector,
         reason: Why it is none, from the engine.
 
     Raises:
-        ArgumentError: One line: a model that is no detector, a box target beside targets
-            of other kinds, a class out of range or unknown, a box listed twice.
+        ArgumentError: One line: a model that is no detector (or a degenerate one: no
+            proposal, or every one inverted), a box target beside targets of other kinds,
+            a class out of range or unknown, a box listed twice.
     """
     boxes = [spec for spec in options.targets if spec.kind == "box"]
     given = f"targets={boxes[0].text}" if boxes else f"detections=top:{options.detections}"
@@ -96,6 +97,9 @@ def plan_detections(options, outputs: tuple[ModelOutput, ...], labels, detector,
         raise ArgumentError(f"{given} needs a detector, a model with a boxes output (batch, "
                             "proposals, 4) and a class scores output (batch, proposals, "
                             f"classes); the model's outputs are {listed}{why}")
+    if detector.degenerate is not None:
+        raise ArgumentError(f"{given}: no detection of this model can be explained: "
+                            f"{detector.degenerate}")
     others = [spec for spec in options.targets if spec.kind != "box"]
     if others or options.classes or options.top_k:
         other = (f"targets={others[0].text}" if others else f"top_k={options.top_k}"
