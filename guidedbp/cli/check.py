@@ -9,7 +9,7 @@ import time
 
 import click
 
-from guidedbp._text import plural
+from guidedbp._text import plural, shown_name
 from guidedbp.checks.suite import CHECK_NAMES, CHECKS, NEEDS_OPTION
 from guidedbp.cli.common import (
     UsageFailure,
@@ -197,13 +197,13 @@ def check_command(model: str, images: tuple[str, ...], **options) -> None:
         click.echo(to_json(to_document(model, keys, results, seconds, inputs=inputs,
                                        baseline_saved=saved, **named)))
     else:
-        click.echo(f"guidedbp check {model}: {inputs}")
+        click.echo(f"guidedbp check {shown_name(model)}: {inputs}")
         if target is not None:
-            click.echo(f"target: {target.spec}")
+            click.echo(f"target: {shown_name(target.spec)}")
         click.echo(format_table(results))
         click.echo(summary_line(results, seconds))
     if saved:
-        click.echo(f"baseline saved: {saved}", err=True)
+        click.echo(f"baseline saved: {shown_name(saved)}", err=True)
     elif options["save_baseline"]:
         click.echo(f"baseline not saved: {plural(len(failed), 'check')} failed "
                    f"({', '.join(failed)})",

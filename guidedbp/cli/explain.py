@@ -14,7 +14,7 @@ import sys
 import click
 
 from guidedbp._extras import install, needs
-from guidedbp._text import one_line, plural
+from guidedbp._text import one_line, plural, shown_name
 from guidedbp.cli.common import (
     Choice,
     FolderOrURL,
@@ -323,14 +323,15 @@ def print_summary(summary, quiet: bool = False) -> None:
             if summary.report else f"maps and {summary.manifest}"
         click.echo(f"{state}{', '.join(parts)} in {summary.seconds:.1f} s ("
                    f"{summary.loading:.1f} s loading the model, {summary.done / working:.1f} "
-                   f"images/s); {written} in {summary.output.rstrip('/')}/", err=True)
+                   f"images/s); {written} in {shown_name(summary.output.rstrip('/') + '/')}",
+                   err=True)
     for path, reason in summary.unusable[:20] if shown else ():
-        click.echo(f"  skipped: {path}: {reason}", err=True)
+        click.echo(f"  skipped: {shown_name(path)}: {reason}", err=True)
     if shown and len(summary.unusable) > 20:
         click.echo(f"  ... and {len(summary.unusable) - 20} more (see {summary.manifest})",
                    err=True)
     for path, reason in summary.failures[:20]:
-        click.echo(f"  failed: {path}: {reason}", err=True)
+        click.echo(f"  failed: {shown_name(path)}: {reason}", err=True)
     if len(summary.failures) > 20:
         click.echo(f"  ... and {len(summary.failures) - 20} more (see {summary.manifest})",
                    err=True)

@@ -8,7 +8,7 @@ import sys
 import click
 
 from guidedbp._json import dumps as strict_json
-from guidedbp._text import one_line
+from guidedbp._text import one_line, shown_name
 from guidedbp.cli.common import (
     as_flags,
     errors_handled,
@@ -219,12 +219,12 @@ def format_description(info: dict, all_classes: bool = False) -> str:
 
     head = info["head_bypassed"]
     lines = [
-        ("model", f"{info['model']} ({info['format']})"),
+        ("model", f"{shown_name(info['model'])} ({info['format']})"),
         ("input", f"{shape(info['input_shape'])} {info['input_dtype']} (HxWxC)"),
     ]
     for output in info["outputs"]:
         described = OutputInfo(output["name"], tuple(output["shape"]), output["head"])
-        lines.append(("output", f"{output['name']} {output_shape(output['shape'])}, "
+        lines.append(("output", f"{shown_name(output['name'])} {output_shape(output['shape'])}, "
                                 f"{output['head'] or 'no'} head: "
                                 f"{described.describe_targets()}"))
     if info.get("detector"):
@@ -263,7 +263,7 @@ def format_description(info: dict, all_classes: bool = False) -> str:
     text = "\n".join(f"{key:<11} {value}" for key, value in lines)
     labels = info["labels"]
     if labels:
-        rows = [f"  {index:>4}  {name}" for index, name in enumerate(labels)]
+        rows = [f"  {index:>4}  {shown_name(name)}" for index, name in enumerate(labels)]
         if all_classes or len(rows) <= CLASS_LINES:
             text += "\nclass names:\n" + "\n".join(rows)
         else:
