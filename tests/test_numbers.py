@@ -62,3 +62,14 @@ def test_the_library_reads_numbers_as_the_cli_does():
         parse_shard("٠/٢")
     spec = parse_target("class:٣")  # not an index: a class name, which labels may hold
     assert spec.value == "٣" and isinstance(spec.value, str)
+
+
+def test_the_examples_of_the_number_and_box_modules_hold():
+    import doctest
+
+    from guidedbp import _numbers
+    from guidedbp.cli import numbers
+    from guidedbp.pipeline import boxes
+
+    for module in (_numbers, numbers, boxes):
+        assert doctest.testmod(module).failed == 0, module.__name__
