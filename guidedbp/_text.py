@@ -77,3 +77,32 @@ def layer_note(methods, layers: dict) -> str:
         if name in layers:
             by_layer.setdefault(layers[name], []).append(name)
     return "".join(f" · {', '.join(names)} at {layer}" for layer, names in by_layer.items())
+
+
+def not_text(value: str) -> str | None:
+    """Why ``value`` is no text that can be written as UTF-8, or ``None``: a byte that is
+    not UTF-8 (a command line's, which Python reads as a surrogate escape) or a lone
+    surrogate.
+
+    >>> not_text("a cat"), not_text("\\udcffcat"), not_text("\\ud800cat")
+    (None, 'it holds a byte that is not UTF-8 (0xff)', 'it holds a lone surrogate (U+D800)')
+    """
+    for char in value:
+        if "\udc80" <= char <= "\udcff":
+            return f"it holds a byte that is not UTF-8 (0x{ord(char) - 0xDC00:02x})"
+        if "\ud800" <= char <= "\udfff":
+            return f"it holds a lone surrogate (U+{ord(char):04X})"
+    return None
+
+
+def shown_name(name: str) -> str:
+    """A user's name (a file, a folder, a model, a prompt) as the terminal shows it: as
+    it is where every character is printable, else quoted with its escapes, as messages
+    quote a model's name (``repr``): a name's control characters (an escape sequence
+    that retitles the terminal) never reach the terminal raw.
+
+    >>> shown_name("photos/a cat.png"), shown_name("photos/\\x1b]0;T\\x07.png")
+    ('photos/a cat.png', "'photos/\\\\x1b]0;T\\\\x07.png'")
+    """
+    name = str(name)
+    return name if name.isprintable() else repr(name)

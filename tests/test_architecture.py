@@ -68,7 +68,8 @@ ROOMS = {
     # them. Their underscore names (_text, _files) are private to the package, not to
     # a room.
     "shared": ("guidedbp.errors", "guidedbp.caveats", "guidedbp.curves", "guidedbp._text",
-               "guidedbp._outputs", "guidedbp._files", "guidedbp._json", "guidedbp._extras"),
+               "guidedbp._outputs", "guidedbp._files", "guidedbp._json", "guidedbp._extras",
+               "guidedbp._numbers"),
 }
 _BELOW_THE_CLIENTS = frozenset({"front", "pipeline", "api", "figures", "models", "engine",
                                 "render", "io"})

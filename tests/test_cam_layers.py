@@ -175,6 +175,7 @@ def files(tmp_path_factory, flat):
 
     folder = tmp_path_factory.mktemp("cam_layers")
     flat.save(folder / "collide.keras")
+    flat.export(str(folder / "collide_saved"), verbose=False)
     mlp = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
                             keras.layers.Dense(2)])
     mlp.save(folder / "mlp.keras")
@@ -202,6 +203,25 @@ def test_inspect_shows_the_default_layer_and_checks_a_chosen_one(files):
     assert result.stderr.startswith("Error: no layer named 'conv9' in the model's graph "
                                     "(did you mean 'conv'")
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_savedmodel_names_each_layer_as_its_keras_file_does(files, flat):
+    """Exporting made every layer's scope unique ("conv" became "conv_1", the layer
+    "conv_1" "conv_1_2"): the SavedModel's layers were named by those scopes, and
+    layer="conv_1" read the layer "conv". Each now goes by its own name, and is the layer
+    whose map it is."""
+    saved = str(files / "collide_saved")
+    expected = {name: gradcam_reference(at_layer(flat, name), IMAGES, 0)
+                for name in ("conv", "conv_1")}
+    for layer, name in ((None, "conv_1"), ("conv_1", "conv_1"), ("conv", "conv")):
+        explainer = Explainer(saved, "gradcam", layer=layer)
+        np.testing.assert_allclose(explainer(IMAGES, 0), expected[name], atol=1e-5,
+                                   err_msg=str(layer))
+        assert explainer.report.cam_layers == {"gradcam": name}
+    info, lines = inspected(saved)
+    assert info["cam_layer"] == "conv_1" and lines["cam layer"] == "conv_1"
+    result = run_cli("inspect", saved, "--layer", "conv9", code=2)
+    assert "layers with a 4-D output: conv, conv_1" in result.stderr
 
 
 def test_inspect_says_why_a_model_has_no_class_activation_map_layer(files):

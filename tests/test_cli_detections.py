@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import keras
@@ -27,6 +28,8 @@ import guidedbp
 from guidedbp.io.images import decode_image
 from guidedbp.io.manifest import read_manifest
 from guidedbp.models.preprocess import prepare
+from guidedbp.pipeline.boxes import Box
+from guidedbp.pipeline.detections import box_slug
 from guidedbp.render import MATCHED_BOX, PANEL_MARGIN, TARGET_BOX
 from guidedbp.targets import Detection
 
@@ -165,6 +168,27 @@ def test_a_box_with_no_label_takes_the_class_it_is_detected_as(here, tmp_path):
     assert entry["score"] == pytest.approx(DIM, abs=1e-6)
     assert entry["outputs"]["color"] == "a.png.box-0-0-8-8.guided.color.png"
     assert entry["description"].startswith("box:0,0,8,8 matched red p=")
+
+
+def test_boxes_are_written_back_exactly_and_a_long_name_is_cut(here, tmp_path):
+    """Corners were written with 6 significant digits: two boxes 1e-7 apart were "listed
+    twice", and a box's part of a file name had no bound (box:0,0,1e300,1e300 wrote its
+    301 digits: "File name too long"). Now each box is written back exactly, and a name
+    part past 64 characters is cut and its digest put after, as long input names are."""
+    out = tmp_path / "out"
+    near, far = "box:16.0000001,8,24,16", "box:16.123456789012,8.5,24.123456789012,16:red"
+    explain("photos/a.png", "-o", out, "--target", "box:16,8,24,16", "--target", near,
+            "--target", far)
+    entries = records(out)["photos/a.png"]["targets"]
+    assert [entry["target"]["spec"] for entry in entries] == ["box:16,8,24,16", near, far]
+    stems = [entry["outputs"]["color"].removesuffix(".guided.color.png") for entry in entries]
+    assert stems[:2] == ["a.png.box-16-8-24-16", "a.png.box-16.0000001-8-24-16"]
+    long = "box-16.123456789012-8.5-24.123456789012-16-0-red"  # 48 characters: kept
+    assert stems[2] == f"a.png.{long}"
+    slug = box_slug(Box((0.125, 0.25, 999999.5, 999999.75)), 0, "a long class name of a big shape")
+    assert len(slug) == 64 and slug.startswith("box-0.125-0.25-999999.5-999999.75-0-a-lon")
+    assert re.fullmatch(r".*~[0-9a-f]{12}", slug)
+    assert all((out / entry["outputs"]["color"]).is_file() for entry in entries)
 
 
 def test_a_box_nothing_detects_carries_the_caveat(here, tmp_path):
@@ -358,6 +382,9 @@ def test_resuming_detections_keys_on_k_and_the_threshold(here, tmp_path):
     (["--target", "box:1,2,1,4"], "is empty: X1 equals X0, so the box has no area"),
     (["--target", "box:nan,2,3,4"], "'nan' is not a finite number"),
     (["--target", "box:1,2,3,inf"], "'inf' is not a finite number"),
+    (["--target", "box:0,0,1e300,1e300"], "'1e300' is out of range: a corner lies within "
+                                          "1,000,000 pixels of the image's top left corner"),
+    (["--detections", "top:²"], "'top:²' must be top:K"),
     (["--detections", "top:0"], "'top:0' must be top:K, K a whole number from 1 to 100"),
     (["--detections", "top:x"], "'top:x' must be top:K"),
     (["--detection-threshold", "1.5"], "1.5 is not in the range 0<=x<=1"),
@@ -415,7 +442,7 @@ def test_inspect_says_a_detector_is_one(ws):
                     "the image's pixels) or --detections top:K")
     info = json.loads(run_cli("inspect", ws / "det.keras", "--json", code=0).stdout)
     assert info["detector"] == {"kind": "boxes", "boxes": "boxes", "scores": "scores",
-                                "proposals": 16, "classes": 2}
+                                "proposals": 16, "classes": 2, "degenerate": None}
     other = json.loads(run_cli("inspect", ws / "clf.keras", "--json", code=0).stdout)
     assert other["detector"] is None
 

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from guidedbp._text import plural
+from guidedbp._text import plural, shown_name
 from guidedbp.checks.suite import CHECK_NAMES, CHECKS, NEEDS_OPTION
 from guidedbp.cli.common import (
     UsageFailure,
@@ -20,6 +20,7 @@ from guidedbp.cli.common import (
     model_options,
     parse_comma_list,
 )
+from guidedbp.cli.numbers import Number, Whole
 from guidedbp.cli.targets import complete_target, parse_targets
 from guidedbp.engine.options import MAX_BATCH_SIZE
 
@@ -77,26 +78,26 @@ Exit codes: 0 every check passed (info and skip do not fail),
               help="Baseline check: write a picture baseline | current | |difference| of "
                    "each drifted map into DIR as KEY-diff.png (default: a new temporary "
                    "folder); the console line and the JUnit XML name each file.")
-@click.option("--min-similarity", type=click.FloatRange(-1, 1), default=DEFAULT_MIN_SIMILARITY,
+@click.option("--min-similarity", type=Number(-1, 1), default=DEFAULT_MIN_SIMILARITY,
               show_default=True,
               help="Baseline check: an image fails when the Spearman rank correlation of its "
                    "map's magnitude with the stored one is below this.")
-@click.option("--randomization-steps", type=click.IntRange(min=1),
+@click.option("--randomization-steps", type=Whole(min=1),
               default=DEFAULT_RANDOMIZATION_STEPS, show_default=True, metavar="N",
               help="Randomization check: re-draw at most N weighted layers, top first.")
-@click.option("--max-randomized-similarity", type=click.FloatRange(-1, 1), default=None,
+@click.option("--max-randomized-similarity", type=Number(-1, 1), default=None,
               metavar="X",
               help="Make randomization a gate: fail when the maps' Spearman correlation "
                    "with the original at the last step is above X.")
-@click.option("--generated", type=click.IntRange(1, MAX_GENERATED), default=DEFAULT_GENERATED,
+@click.option("--generated", type=Whole(1, MAX_GENERATED), default=DEFAULT_GENERATED,
               show_default=True, metavar="N",
               help="Without IMAGES: check on N seeded smooth random images of the model's "
                    "input size (64x64 for free sizes unless --size).")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=Whole(), default=0, show_default=True,
               help="Seed of the generated images and of the randomized weights.")
 @click.option("--recursive/--no-recursive", default=True, show_default=True,
               help="Walk IMAGES folders recursively.")
-@click.option("--batch-size", type=click.IntRange(1, MAX_BATCH_SIZE), default=16,
+@click.option("--batch-size", type=Whole(1, MAX_BATCH_SIZE), default=16,
               show_default=True,
               help="Images per engine pass.")
 @click.option("--target", "targets", default=None, metavar="SPEC", callback=_parse_target,
@@ -196,13 +197,13 @@ def check_command(model: str, images: tuple[str, ...], **options) -> None:
         click.echo(to_json(to_document(model, keys, results, seconds, inputs=inputs,
                                        baseline_saved=saved, **named)))
     else:
-        click.echo(f"guidedbp check {model}: {inputs}")
+        click.echo(f"guidedbp check {shown_name(model)}: {inputs}")
         if target is not None:
-            click.echo(f"target: {target.spec}")
+            click.echo(f"target: {shown_name(target.spec)}")
         click.echo(format_table(results))
         click.echo(summary_line(results, seconds))
     if saved:
-        click.echo(f"baseline saved: {saved}", err=True)
+        click.echo(f"baseline saved: {shown_name(saved)}", err=True)
     elif options["save_baseline"]:
         click.echo(f"baseline not saved: {plural(len(failed), 'check')} failed "
                    f"({', '.join(failed)})",

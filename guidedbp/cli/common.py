@@ -25,7 +25,9 @@ import warnings
 
 import click
 
+from guidedbp._numbers import whole_number
 from guidedbp._text import did_you_mean, one_line
+from guidedbp.cli.numbers import Number, Whole
 from guidedbp.engine.methods import METHODS, as_methods
 from guidedbp.engine.options import MAX_BATCH_SIZE, MethodOptions
 from guidedbp.errors import GuidedbpError
@@ -131,9 +133,9 @@ def method_flags(command):
         elif isinstance(default, bool):
             kind = bool
         elif isinstance(default, int) or metadata.get("integer"):
-            kind = click.IntRange(metadata.get("min"), metadata.get("max"))
+            kind = Whole(metadata.get("min"), metadata.get("max"))
         elif isinstance(default, float):
-            kind = click.FloatRange(metadata.get("min"), metadata.get("max"))
+            kind = Number(metadata.get("min"), metadata.get("max"))
         else:
             kind = str
         command = field_option(spec.name, f"--{spec.name.replace('_', '-')}", type=kind,
@@ -250,13 +252,13 @@ class GroupedCommand(click.Command):
 def _parse_size(ctx, param, value):
     if value is None:
         return None
-    parts = value.lower().split("x")
-    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+    sides = [whole_number(part) for part in value.lower().split("x")]
+    if len(sides) != 2 or not all(side for side in sides):
         raise click.BadParameter(f"{value!r} is not HxW, e.g. 224x224", ctx, param)
-    if max(int(part) for part in parts) > MAX_SIDE:
+    if max(sides) > MAX_SIDE:
         raise click.BadParameter(f"{value!r} is above the upper bound of {MAX_SIDE} pixels a "
                                  "side", ctx, param)
-    return int(parts[0]), int(parts[1])
+    return sides[0], sides[1]
 
 
 def model_options(function):
@@ -299,7 +301,7 @@ def model_options(function):
 debug_option = click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 
 batch_size_option = field_option(
-    "batch_size", "--batch-size", type=click.IntRange(1, MAX_BATCH_SIZE),
+    "batch_size", "--batch-size", type=Whole(1, MAX_BATCH_SIZE),
     help="Images per engine pass; bounds memory.")
 
 #: The model-loading options, by the keyword of guidedbp.load_model they set.

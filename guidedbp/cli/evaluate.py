@@ -38,6 +38,7 @@ from guidedbp.cli.common import (
     parse_methods,
     precision_option,
 )
+from guidedbp.cli.numbers import Number, Whole
 from guidedbp.cli.progress import Progress, show_progress
 from guidedbp.engine.methods import GRADIENT, METHODS, REGISTRY
 
@@ -84,9 +85,9 @@ def _resolve_metrics(metrics: tuple[str, ...], masked: bool, segmentation: bool
 @click.option("--masks", type=FolderOrURL(exists=True, file_okay=False), default=None,
               help="Folder of mask PNGs (white = object) matching IMAGES by relative path "
                    "and stem.")
-@click.option("--shapes", type=click.IntRange(1, MAX_SHAPES), default=None, metavar="N",
+@click.option("--shapes", type=Whole(1, MAX_SHAPES), default=None, metavar="N",
               help="Evaluate on N synthetic shapes (guidedbp.demo.make_shapes) instead.")
-@click.option("--seed", type=int, default=1000, show_default=True,
+@click.option("--seed", type=Whole(), default=1000, show_default=True,
               help="Seed of --shapes and of the random metrics (mufidelity's subsets, the "
                    "sensitivity noise, random-logit's class, ROAD's imputation noise).")
 @click.option("--distractors", is_flag=True,
@@ -106,9 +107,9 @@ def _resolve_metrics(metrics: tuple[str, ...], masked: bool, segmentation: bool
 @click.option("--costs", is_flag=True,
               help="Also time each method alone on the first batch (after a warm-up run) "
                    "and print its cost per image relative to guided.")
-@click.option("--tolerance", type=click.FloatRange(min=0), default=TOLERANCE,
+@click.option("--tolerance", type=Number(min=0), default=TOLERANCE,
               show_default=True, help="Pointing-game tolerance in pixels.")
-@click.option("--steps", type=click.IntRange(1, MAX_STEPS), default=DEFAULT_STEPS,
+@click.option("--steps", type=Whole(1, MAX_STEPS), default=DEFAULT_STEPS,
               show_default=True,
               help="Deletion/insertion: steps per curve; step i perturbs the top i/steps of "
                    "the pixels.")

@@ -14,7 +14,7 @@ import sys
 import click
 
 from guidedbp._extras import install, needs
-from guidedbp._text import one_line, plural
+from guidedbp._text import one_line, plural, shown_name
 from guidedbp.cli.common import (
     Choice,
     FolderOrURL,
@@ -32,6 +32,7 @@ from guidedbp.cli.common import (
     parse_comma_list,
     parse_run_methods,
 )
+from guidedbp.cli.numbers import Number, Whole
 from guidedbp.cli.progress import Progress, show_progress
 from guidedbp.cli.targets import (
     DETECTIONS_HELP,
@@ -149,15 +150,15 @@ file it did not write.""")
                    "too.")
 @field_option("upsample", "--upsample", type=Choice(UPSAMPLING),
               help="Grad-CAM upsampling to the input size.")
-@field_option("smooth", "--smooth", type=click.IntRange(0, MAX_SMOOTH), metavar="N",
+@field_option("smooth", "--smooth", type=Whole(0, MAX_SMOOTH), metavar="N",
               help="SmoothGrad: average each method over N noisy copies (0: off); also "
                    f"the copies of squaregrad and vargrad [{STATISTIC_COPIES} when off].")
-@field_option("noise", "--noise", type=click.FloatRange(min=0),
+@field_option("noise", "--noise", type=Number(min=0),
               help="SmoothGrad noise, relative to each image's value range.")
-@field_option("seed", "--seed", type=int,
+@field_option("seed", "--seed", type=Whole(),
               help="Seed of SmoothGrad's noise and of the random masks and coalitions of "
                    "rise, drise, kernelshap and lime (per image).")
-@field_option("steps", "--steps", type=click.IntRange(1, MAX_STEPS),
+@field_option("steps", "--steps", type=Whole(1, MAX_STEPS),
               help="Integrated-gradients steps.")
 @field_option("baseline", "--baseline", type=Choice(BASELINES),
               help="Integrated-gradients baseline.")
@@ -167,7 +168,7 @@ file it did not write.""")
               help=f"Comma list of renders: {', '.join(RENDERS)}.")
 @field_option("classes", "--class", multiple=True, metavar="CLASS",
               help="Class to explain, by index or name (repeatable). Default: the top-1 class.")
-@field_option("top_k", "--top-k", type=click.IntRange(1, MAX_CLASSES),
+@field_option("top_k", "--top-k", type=Whole(1, MAX_CLASSES),
               help="Explain the K most probable classes of each image.")
 @field_option("targets", "--target", multiple=True, metavar="SPEC", callback=parse_targets,
               shell_complete=complete_target, help=TARGET_HELP)
@@ -182,7 +183,7 @@ file it did not write.""")
                    "input as the image is.")
 @field_option("detections", "--detections", metavar="top:K", callback=parse_detections,
               help=DETECTIONS_HELP)
-@field_option("detection_threshold", "--detection-threshold", type=click.FloatRange(0, 1),
+@field_option("detection_threshold", "--detection-threshold", type=Number(0, 1),
               help="For a detector: the class score from which a proposal is a detection "
                    "(--detections finds those; a box: target whose match scores less, or "
                    "overlaps it by an IoU under 0.5, carries the no-detection caveat).")
@@ -194,18 +195,18 @@ file it did not write.""")
               help="Also draw each explanation as a figure (the picture, then each method "
                    "with a colorbar): vector PDF or SVG, or PNG. Needs matplotlib: "
                    f"{install('plot')}.")
-@field_option("dpi", "--dpi", type=click.IntRange(MIN_DPI, MAX_DPI),
+@field_option("dpi", "--dpi", type=Whole(MIN_DPI, MAX_DPI),
               help="Figure resolution, dots per inch.")
 @field_option("report", "--report/--no-report",
               help="Write OUT/index.html to browse the run (not with --shard: run "
                    "guidedbp report OUT after merge-manifests).")
 @field_option("cmap", "--cmap", type=Choice(COLORMAPS),
               help="Colormap for heatmap and overlay.")
-@field_option("clip", "--clip", type=click.FloatRange(0, 100, min_open=True),
+@field_option("clip", "--clip", type=Number(0, 100, min_open=True),
               help="Magnitude percentile shown as full intensity.")
-@field_option("alpha", "--alpha", type=click.FloatRange(0, 1),
+@field_option("alpha", "--alpha", type=Number(0, 1),
               help="Heatmap weight in the overlay.")
-@field_option("tile", "--tile", type=click.IntRange(MIN_TILE, MAX_TILE), metavar="PX",
+@field_option("tile", "--tile", type=Whole(MIN_TILE, MAX_TILE), metavar="PX",
               help="Panels: pixels on the longer side of each picture (small images are "
                    "enlarged, nearest-neighbour; large ones reduced).")
 @batch_size_option
@@ -223,11 +224,11 @@ file it did not write.""")
               show_default=True,
               help="local: this process. ray: a Ray Data pipeline, decode tasks and "
                    f"--workers explainer actors ({install('ray')}).")
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--workers", type=Whole(min=1), default=2, show_default=True,
               help="With --engine ray: explainer actors, each with its own model copy.")
-@click.option("--cpus-per-worker", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--cpus-per-worker", type=Whole(min=1), default=1, show_default=True,
               help="With --engine ray: CPUs each worker reserves, and its TensorFlow threads.")
-@click.option("--num-gpus-per-worker", type=click.FloatRange(min=0), default=0,
+@click.option("--num-gpus-per-worker", type=Number(min=0), default=0,
               show_default=True, help="With --engine ray: GPUs each worker reserves.")
 @click.option("--ray-address", default=None, metavar="ADDRESS",
               help="With --engine ray: 'auto' or ray://HOST:PORT joins a running cluster. "
@@ -322,14 +323,15 @@ def print_summary(summary, quiet: bool = False) -> None:
             if summary.report else f"maps and {summary.manifest}"
         click.echo(f"{state}{', '.join(parts)} in {summary.seconds:.1f} s ("
                    f"{summary.loading:.1f} s loading the model, {summary.done / working:.1f} "
-                   f"images/s); {written} in {summary.output.rstrip('/')}/", err=True)
+                   f"images/s); {written} in {shown_name(summary.output.rstrip('/') + '/')}",
+                   err=True)
     for path, reason in summary.unusable[:20] if shown else ():
-        click.echo(f"  skipped: {path}: {reason}", err=True)
+        click.echo(f"  skipped: {shown_name(path)}: {reason}", err=True)
     if shown and len(summary.unusable) > 20:
         click.echo(f"  ... and {len(summary.unusable) - 20} more (see {summary.manifest})",
                    err=True)
     for path, reason in summary.failures[:20]:
-        click.echo(f"  failed: {path}: {reason}", err=True)
+        click.echo(f"  failed: {shown_name(path)}: {reason}", err=True)
     if len(summary.failures) > 20:
         click.echo(f"  ... and {len(summary.failures) - 20} more (see {summary.manifest})",
                    err=True)

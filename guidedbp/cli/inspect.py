@@ -8,7 +8,7 @@ import sys
 import click
 
 from guidedbp._json import dumps as strict_json
-from guidedbp._text import one_line
+from guidedbp._text import one_line, shown_name
 from guidedbp.cli.common import (
     as_flags,
     errors_handled,
@@ -179,9 +179,12 @@ def detector_line(detector: dict) -> str:
         detector["kind"], "")
     proposals = detector["proposals"] if detector["proposals"] is not None else "?"
     classes = detector["classes"] if detector["classes"] is not None else "?"
-    return (f"{kind}boxes {detector['boxes']!r}, class scores {detector['scores']!r}: "
-            f"{proposals} proposals of {classes} classes; explain one with --target "
-            "box:X0,Y0,X1,Y1[:C] (its corners in the image's pixels) or --detections top:K")
+    found = (f"{kind}boxes {detector['boxes']!r}, class scores {detector['scores']!r}: "
+             f"{proposals} proposals of {classes} classes; ")
+    if detector.get("degenerate"):
+        return found + f"no detection can be explained: {detector['degenerate']}"
+    return found + ("explain one with --target box:X0,Y0,X1,Y1[:C] (its corners in the "
+                    "image's pixels) or --detections top:K")
 
 
 def text_tower_line(tower: dict) -> str:
@@ -216,12 +219,12 @@ def format_description(info: dict, all_classes: bool = False) -> str:
 
     head = info["head_bypassed"]
     lines = [
-        ("model", f"{info['model']} ({info['format']})"),
+        ("model", f"{shown_name(info['model'])} ({info['format']})"),
         ("input", f"{shape(info['input_shape'])} {info['input_dtype']} (HxWxC)"),
     ]
     for output in info["outputs"]:
         described = OutputInfo(output["name"], tuple(output["shape"]), output["head"])
-        lines.append(("output", f"{output['name']} {output_shape(output['shape'])}, "
+        lines.append(("output", f"{shown_name(output['name'])} {output_shape(output['shape'])}, "
                                 f"{output['head'] or 'no'} head: "
                                 f"{described.describe_targets()}"))
     if info.get("detector"):
@@ -260,7 +263,7 @@ def format_description(info: dict, all_classes: bool = False) -> str:
     text = "\n".join(f"{key:<11} {value}" for key, value in lines)
     labels = info["labels"]
     if labels:
-        rows = [f"  {index:>4}  {name}" for index, name in enumerate(labels)]
+        rows = [f"  {index:>4}  {shown_name(name)}" for index, name in enumerate(labels)]
         if all_classes or len(rows) <= CLASS_LINES:
             text += "\nclass names:\n" + "\n".join(rows)
         else:

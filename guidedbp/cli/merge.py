@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from guidedbp._text import one_line
+from guidedbp._text import one_line, shown_name
 from guidedbp.cli.common import FolderOrURL, errors_handled
 
 
@@ -39,11 +39,11 @@ def merge_command(output: str) -> None:
     from guidedbp.io.shard import MERGED_MANIFEST, merge_manifests
 
     path, shards, records = merge_manifests(output)
-    click.echo(f"{records} records from {shards} shards -> {path}", err=True)
+    click.echo(f"{records} records from {shards} shards -> {shown_name(path)}", err=True)
     try:
         report = write_report(output, MERGED_MANIFEST)
     except ReportError as error:  # the merge itself is done: say so, do not fail it
         click.echo(f"warning: no report: {one_line(error)}", err=True)
         return
-    click.echo(f"report: {report} ({records} {'input' if records == 1 else 'inputs'})",
+    click.echo(f"report: {shown_name(report)} ({records} {'input' if records == 1 else 'inputs'})",
                err=True)

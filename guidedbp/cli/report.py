@@ -6,6 +6,7 @@ import os
 
 import click
 
+from guidedbp._text import shown_name
 from guidedbp.cli.common import FolderOrURL, errors_handled
 
 
@@ -34,4 +35,5 @@ def report_command(output: str, manifest: str, title: str | None) -> None:
 
     path = write_report(output, manifest, title=title)
     inputs = len(read_manifest(os.path.join(output, manifest)))
-    click.echo(f"report: {path} ({inputs} {'input' if inputs == 1 else 'inputs'})", err=True)
+    click.echo(f"report: {shown_name(path)} ({inputs} {'input' if inputs == 1 else 'inputs'})",
+               err=True)

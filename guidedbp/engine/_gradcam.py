@@ -74,11 +74,18 @@ def _layer_output(forward_ops: list[tf.Operation], path: list[str],
 
     A Keras layer's path is found in the scope its call opened (``scopes``,
     :func:`guidedbp.engine._scopes.layer_scopes`). Any other path (a SavedModel's
-    layers, a path of the graph's own scopes) matches the graph's name scopes
-    (:func:`_match_scopes`), which TensorFlow may have suffixed (``conv`` becomes
+    layers, a path of the graph's own scopes) matches the names of a SavedModel's layers
+    exactly (:func:`~guidedbp.engine._scopes.exported_names`), else the graph's name
+    scopes (:func:`_match_scopes`), which TensorFlow may have suffixed (``conv`` becomes
     ``conv_1``).
     """
     prefix = scopes.get(tuple(path))
+    if prefix is None and not scopes:  # a SavedModel: its layers' names first, exactly
+        named = _scopes.exported_names(forward_ops)
+        found = [op for op in forward_ops if op.outputs and op.outputs[0].dtype.is_floating
+                 and _is_subsequence(path, named.get(tuple(op.name.split("/")[:-1]), ()))]
+        if found:
+            return found[-1]
     best = None
     for op in forward_ops:
         if not (op.outputs and op.outputs[0].dtype.is_floating):
@@ -94,12 +101,21 @@ def _layer_output(forward_ops: list[tf.Operation], path: list[str],
     return None if best is None else best[1]
 
 
+def _is_subsequence(path: list[str], names: tuple[str, ...]) -> bool:
+    """Whether ``path`` is ``names``, or a part of it in order (``["block", "conv"]`` of
+    ``("model", "block", "x", "conv")``)."""
+    rest = iter(names)
+    return bool(names) and all(name in rest for name in path)
+
+
 def layer_name(model, forward_ops: list[tf.Operation], tensor: tf.Tensor) -> str:
     """The name ``layer=`` takes for the layer whose output is ``tensor``: the Keras
     layer's own name (``"conv5_block3_out"``; inside nested models too), or the path of
     the models enclosing it (``"branch_b/conv"``) where a layer before it has that
     name; for a graph without Keras layers (a SavedModel), its name scope
-    (``"conv2d_1"``), with the enclosing scopes where that is ambiguous. Each name is
+    (``"conv2d"`` for the scope ``"conv2d_1"`` that exporting it made unique:
+    :func:`~guidedbp.engine._scopes.exported_names`), with the enclosing scopes where that
+    is ambiguous. Each name is
     checked to lead back to ``tensor`` as ``layer=`` reads it; where none does, the
     tensor's whole name scope in the traced graph."""
     scopes = _scopes.layer_scopes(model, forward_ops)
@@ -108,6 +124,9 @@ def layer_name(model, forward_ops: list[tf.Operation], tensor: tf.Tensor) -> str
     path = _scopes.owner(scopes, op_scopes)
     if path:
         candidates += [path[-1], "/".join(path)]
+    elif op_scopes:  # no Keras layers (a SavedModel): its layers' names, where they show
+        named = _scopes.exported_names(forward_ops).get(tuple(op_scopes), ())
+        candidates += ["/".join(named[-depth:]) for depth in range(1, len(named) + 1)]
     candidates += ["/".join(op_scopes[-depth:]) for depth in range(1, len(op_scopes) + 1)]
     for name in candidates:
         found = _layer_output(forward_ops, layer_path(model, name) or name.split("/"), scopes)
@@ -169,12 +188,16 @@ def feature_layers(model, forward_ops: list[tf.Operation]) -> FeatureLayers:
         images = [op for op in forward_ops if op.type == "Placeholder" and op.outputs
                   and op.outputs[0].shape.rank == 4]
         depends = _depends_on(images[0].outputs[0]) if images else set()
+        named = _scopes.exported_names(forward_ops)
         for op in forward_ops:
             output = op.outputs[0] if op.outputs else None
             scopes = op.name.split("/")[:-1]
-            if (op.name in depends and op is not images[0] and scopes and output is not None
-                    and output.dtype.is_floating and output.shape.rank is not None):
-                sort(scopes[-1], output.shape.as_list())
+            # Inlining a call leaves Func/CALL/input (and output) Identity ops: no layers.
+            inlined = scopes[-1:] in (["input"], ["output"]) and "Func" in scopes
+            if (op.name in depends and op is not images[0] and scopes and not inlined
+                    and output is not None and output.dtype.is_floating
+                    and output.shape.rank is not None):
+                sort(named[tuple(scopes)][-1], output.shape.as_list())
     return FeatureLayers(list(dict.fromkeys(maps)), list(dict.fromkeys(tokens)))
 
 

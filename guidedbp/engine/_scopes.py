@@ -84,6 +84,47 @@ def owner(scopes: dict[Path, tuple[str, ...]], op_scopes: list[str]) -> Path | N
     return best
 
 
+def exported_names(forward_ops: list) -> dict[Path, Path]:
+    """Each name scope of a graph without Keras layers (a SavedModel's, by its path) ->
+    the same path by its layers' own names.
+
+    Exporting a Keras model traces it in a graph where each layer's name is already taken,
+    so TensorFlow makes every layer's scope unique: ``conv`` becomes ``conv_1`` and a layer
+    ``conv_1`` beside it ``conv_1_2``. Where every suffixed scope of one scope drops its
+    last ``_N`` to a name no other of them (nor an unsuffixed one) has, the names are
+    those; elsewhere (a graph's own scopes ``block`` and ``block_1``) the scopes stand.
+
+    >>> ops = [type("Op", (), {"name": name}) for name in (
+    ...     "m_1/conv_1/Relu", "m_1/conv_1_2/Relu", "m_1/Cast/x", "f/block/a", "f/block_1/a")]
+    >>> names = exported_names(ops)
+    >>> names[("m_1", "conv_1")], names[("m_1", "conv_1_2")], names[("m_1", "Cast")]
+    (('m', 'conv'), ('m', 'conv_1'), ('m', 'Cast'))
+    >>> names[("f", "block")], names[("f", "block_1")]
+    (('f', 'block'), ('f', 'block_1'))
+    """
+    firsts = _first_scopes(forward_ops)
+    children: dict[Path, list[str]] = {}
+    for scopes in firsts:
+        children.setdefault(scopes[:-1], []).append(scopes[-1])
+    renamed: dict[Path, dict[str, str]] = {}
+    for parent, names in children.items():
+        stripped = {name: found.group(1) for name in names
+                    if (found := _SUFFIXED.fullmatch(name))}
+        plain = set(names) - set(stripped)
+        if len(set(stripped.values())) == len(stripped) and not plain & set(stripped.values()):
+            renamed[parent] = stripped
+    found: dict[Path, Path] = {}
+    for scopes in firsts:  # enclosing scopes come first
+        parent = scopes[:-1]
+        found[scopes] = (*found.get(parent, parent),
+                         renamed.get(parent, {}).get(scopes[-1], scopes[-1]))
+    return found
+
+
+#: A name scope TensorFlow may have made unique: ``name_N``.
+_SUFFIXED = re.compile(r"(.+)_[0-9]+")
+
+
 def _first_scopes(forward_ops: list) -> list[tuple[str, ...]]:
     """Every name scope of ``forward_ops`` (enclosing ones too), in the order the ops
     first meet them."""

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from guidedbp import _outputs
+from guidedbp import _outputs, caveats
+from guidedbp.caveats import Caveat
 from guidedbp.engine import _detections
 
 __all__ = ["DETECTION_OVERLAP", "MAX_CANDIDATES", "Detected", "DetectorInfo", "NotADetector",
-           "detections", "detector", "suppress"]
+           "degenerate", "detections", "detector", "suppress"]
 
 #: A detection suppresses another of its class that it overlaps by more than this IoU.
 DETECTION_OVERLAP = 0.5
@@ -48,6 +49,10 @@ class DetectorInfo:
         scores: The name of the output read as the class scores (or logits).
         proposals: Proposals per image at the size traced, ``None`` where it is free.
         classes: How many classes each proposal scores, ``None`` where it is free.
+        degenerate: What makes the model no detector a target can read, though its
+            outputs have a detector's shapes (one line), or ``None``: no proposal (on a
+            blank image of the size traced), or every proposal's box inverted there
+            (:func:`degenerate`).
     """
 
     kind: str
@@ -55,6 +60,7 @@ class DetectorInfo:
     scores: str
     proposals: int | None
     classes: int | None
+    degenerate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,11 +71,15 @@ class Detected:
         boxes: float32 ``(K, 4)``: corners ``(x0, y0, x1, y1)`` in input pixels.
         labels: int32 ``(K,)``: each one's class.
         scores: float32 ``(K,)``: its class score (probability).
+        caveat: A :data:`~guidedbp.caveats.NON_FINITE_SCORE` caveat where a proposal's
+            class score or box is NaN or infinite (its detections are then none: the
+            model's output overflows on this image), else ``None``.
     """
 
     boxes: np.ndarray
     labels: np.ndarray
     scores: np.ndarray
+    caveat: Caveat | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -118,10 +128,37 @@ def detector(model, image_shape: tuple, output=None, box_format: str = "xyxy", b
     corners, probabilities = concrete.structured_outputs
     free = None in tuple(image_shape[:2])
     proposals = corners.shape[1]
+    blank = concrete(tf.zeros((1, *shape), tf.float32))[0].numpy()[0]
     return DetectorInfo(_detections.kind_of(model), *found["names"],
                         None if free or proposals is None else int(proposals),
                         None if probabilities.shape[-1] is None
-                        else int(probabilities.shape[-1]))
+                        else int(probabilities.shape[-1]),
+                        degenerate(blank, found["names"][0], traced))
+
+
+def degenerate(boxes: np.ndarray, name: str, size: tuple) -> str | None:
+    """What is wrong with a detector whose proposals on a blank ``size`` image are
+    ``boxes`` ``(N, 4)`` (corners, as a Detection target reads its ``name`` output), or
+    ``None``: no proposal at all, or every one inverted (its ``x1`` below ``x0`` or
+    ``y1`` below ``y0``: not corners ``x0, y0, x1, y1``), so no box can match one.
+
+    >>> degenerate(np.zeros((0, 4)), "boxes", (64, 64))
+    "its boxes output 'boxes' holds no proposal (0 per image at 64x64)"
+    >>> degenerate(np.array([[8.0, 8, 0, 0], [9, 9, 1, 1]]), "boxes", (64, 64))
+    "every proposal of its boxes output 'boxes' is inverted on a blank 64x64 image (the \
+first: 8, 8, 0, 0; x1 below x0 or y1 below y0): its boxes are not corners x0, y0, x1, y1 \
+in input pixels"
+    """
+    where = f"{size[0]}x{size[1]}"
+    if len(boxes) == 0:
+        return f"its boxes output {name!r} holds no proposal (0 per image at {where})"
+    inverted = (boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])
+    if inverted.all():
+        first = ", ".join(f"{value:g}" for value in boxes[0])
+        return (f"every proposal of its boxes output {name!r} is inverted on a blank "
+                f"{where} image (the first: {first}; x1 below x0 or y1 below y0): its boxes "
+                "are not corners x0, y0, x1, y1 in input pixels")
+    return None
 
 
 def _read_names(model, raw, read: list, kind: str) -> tuple[str, str]:
@@ -147,10 +184,30 @@ def detections(function, images: np.ndarray, top: int, threshold: float,
     for start in range(0, len(images), batch_size):
         corners, probabilities = function(images[start : start + batch_size])
         for boxes, scores in zip(corners.numpy(), probabilities.numpy()):
+            caveat = _non_finite(boxes, scores)
+            if caveat is not None:  # no detection can be told: none, and why
+                found.append(Detected(np.zeros((0, 4), np.float32), np.zeros(0, np.int32),
+                                      np.zeros(0, np.float32), caveat))
+                continue
             rows, labels = suppress(boxes, scores, threshold, top)
             found.append(Detected(boxes[rows].astype(np.float32), labels.astype(np.int32),
                                   scores[rows, labels].astype(np.float32)))
     return found
+
+
+def _non_finite(boxes: np.ndarray, scores: np.ndarray) -> Caveat | None:
+    """A :data:`~guidedbp.caveats.NON_FINITE_SCORE` caveat naming the first proposal whose
+    class score (``scores`` ``(N, C)``) or box (``boxes`` ``(N, 4)``) is NaN or infinite,
+    or ``None``: as a box target's score of such a proposal would be."""
+    bad = ~np.isfinite(scores).all(axis=1) | ~np.isfinite(boxes).all(axis=1)
+    if not bad.any():
+        return None
+    row = int(np.argmax(bad))
+    if not np.isfinite(scores[row]).all():
+        value = scores[row][~np.isfinite(scores[row])][0]
+        return caveats.non_finite_score(f"proposal {row}'s class score", value)
+    value = boxes[row][~np.isfinite(boxes[row])][0]
+    return caveats.non_finite_score(f"proposal {row}'s box", value)
 
 
 def suppress(boxes: np.ndarray, probabilities: np.ndarray, threshold: float, top: int,
@@ -158,10 +215,10 @@ def suppress(boxes: np.ndarray, probabilities: np.ndarray, threshold: float, top
     """Per-class greedy non-maximum suppression of one image's proposals.
 
     Every (proposal, class) pair whose probability is at least ``threshold`` is a
-    candidate; from the best down (ties: the lower proposal, then the lower class), a
-    candidate is kept unless a kept one of its class overlaps it by more than
-    ``overlap`` (IoU), until ``top`` are kept. Only the best :data:`MAX_CANDIDATES` are
-    looked at.
+    candidate, where the proposal's box has an area (an inverted box is no detection);
+    from the best down (ties: the lower proposal, then the lower class), a candidate is
+    kept unless a kept one of its class overlaps it by more than ``overlap`` (IoU), until
+    ``top`` are kept. Only the best :data:`MAX_CANDIDATES` are looked at.
 
     Args:
         boxes: ``(N, 4)`` corners ``(x0, y0, x1, y1)``.
@@ -170,10 +227,11 @@ def suppress(boxes: np.ndarray, probabilities: np.ndarray, threshold: float, top
     Returns:
         ``(rows, labels)``: the kept proposals' rows and classes, int64 ``(K,)``, best first.
     """
-    rows, labels = np.nonzero(np.asarray(probabilities) >= threshold)
+    boxes = np.asarray(boxes, np.float64)
+    area = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+    rows, labels = np.nonzero((np.asarray(probabilities) >= threshold) & area[:, None])
     scores = np.asarray(probabilities)[rows, labels]
     order = np.lexsort((labels, rows, -scores))[:MAX_CANDIDATES]
-    boxes = np.asarray(boxes, np.float64)
     kept: list[int] = []
     for candidate in order:
         same = [k for k in kept if labels[k] == labels[candidate]]

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from guidedbp._text import not_text
 from guidedbp.errors import ArgumentError
 
 __all__ = ["Class", "Detection", "Region", "Score", "Similarity", "Target", "Text", "Unit",
@@ -582,4 +583,7 @@ def _prompts(value, what: str) -> tuple[str, ...]:
             raise ArgumentError(f"{what} holds a {type(item).__name__}, not a text")
         if not item.strip():
             raise ArgumentError(f"{what} {item!r} is empty: give the words to match")
+        reason = not_text(item)
+        if reason is not None:
+            raise ArgumentError(f"{what} {_shown(item)} is no text: {reason}")
     return items

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from guidedbp._json import dumps as strict_json
+from guidedbp._numbers import whole_number
 from guidedbp._text import one_line
 from guidedbp.errors import GuidedbpError
 from guidedbp.io import made_by, store
@@ -47,10 +48,10 @@ def parse_shard(text: str) -> tuple[int, int]:
     Raises:
         ShardError: For anything else, naming the value.
     """
-    parts = text.strip().split("/")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+    parts = [whole_number(part) for part in text.strip().split("/")]
+    if len(parts) != 2 or None in parts:
         raise ShardError(f"{text!r} is not K/N, e.g. 0/4 (K counts from 0)")
-    index, count = int(parts[0]), int(parts[1])
+    index, count = parts
     if count < 1 or not 0 <= index < count:
         raise ShardError(f"{text!r}: K must be in 0..N-1 and N at least 1 (K counts from 0)")
     return index, count

@@ -24,13 +24,13 @@ import re
 from importlib import resources
 
 from guidedbp._files import MISSING, NotRegularFileError, open_regular
+from guidedbp._numbers import whole_number
 from guidedbp._text import did_you_mean
 from guidedbp.errors import GuidedbpError
 
 __all__ = ["ClassNameError", "imagenet_labels", "load_labels", "resolve_class"]
 
 _INSPECT_HINT = "run `guidedbp inspect MODEL` to list the classes"
-_INDEX = re.compile(r"[+-]?[0-9]+")
 _MAX_CANDIDATES = 5
 #: An unknown name lists the classes when there are at most this many, else the close ones.
 _LISTED_CLASSES = 12
@@ -203,8 +203,9 @@ def resolve_class(spec: str | int, labels: list[str] | None, num_classes: int) -
     if isinstance(spec, int):
         return _check_index(spec, num_classes)
     text = spec.strip()
-    if _INDEX.fullmatch(text):
-        return _check_index(int(text), num_classes)
+    index = whole_number(text, signed=True)
+    if index is not None:
+        return _check_index(index, num_classes)
     if not text:
         raise ClassNameError(f"the class name is empty; {_INSPECT_HINT}")
     if labels is None:

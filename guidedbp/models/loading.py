@@ -31,7 +31,7 @@ from guidedbp.models.loaded import (
     LoadedModel,
 )
 from guidedbp.models.preprocess import PREPROCESS_MODES
-from guidedbp.models.presets import is_preset, load_preset
+from guidedbp.models.presets import load_preset, not_a_preset
 from guidedbp.models.savedmodel import is_saved_model, load_saved_model
 
 __all__ = [
@@ -215,11 +215,14 @@ def check_model_path(spec: str) -> None:
         # a FIFO or device would block the reads below: refuse it unopened
         regular_file(spec, "model", directory_ok=True)
         if path.is_dir():
-            if not is_saved_model(path) and not is_preset(path):
+            why = None if is_saved_model(path) else not_a_preset(path)
+            if why is not None and why.startswith("no "):
                 raise ModelLoadError(
                     f"{spec!r} is a directory but not a SavedModel (it has no saved_model.pb) "
-                    "nor a keras-hub preset (no config.json and metadata.json)"
+                    f"nor a keras-hub preset ({why})"
                 )
+            if why is not None:  # config.json and metadata.json: a preset, a broken one
+                raise ModelLoadError(f"{spec!r} is not a keras-hub preset: {why}")
             if not os.access(spec, os.R_OK | os.X_OK):
                 raise PermissionError(13, "Permission denied")
         else:

@@ -14,30 +14,62 @@ then takes raw 0-255 pixels.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 
 from guidedbp._extras import needs
 from guidedbp._text import one_line
 from guidedbp.errors import ArgumentError, ModelLoadError
-from guidedbp.models.loaded import NO_RESCALING_NOTE, UNCHECKED_RESCALING_NOTE, LoadedModel
+from guidedbp.models.loaded import (
+    MAX_INPUT_ELEMENTS,
+    NO_RESCALING_NOTE,
+    UNCHECKED_RESCALING_NOTE,
+    LoadedModel,
+)
 
-__all__ = ["FORMAT", "is_preset", "load_preset"]
+__all__ = ["FORMAT", "MAX_LAYER_WEIGHTS", "MAX_VOCABULARY", "check_sizes", "is_preset",
+           "load_preset", "not_a_preset"]
 
 #: The :attr:`~guidedbp.models.loaded.LoadedModel.format` of a model loaded from a preset.
 FORMAT = "keras-hub-preset"
+#: The largest vocabulary a preset's config may ask for: four times keras-hub's largest
+#: (Gemma's 262,144 tokens).
+MAX_VOCABULARY = 2**20
+#: The most weights one layer of a preset's config may have (4 GiB as float32): more than
+#: any image or text tower keras-hub ships (a 262,144-token vocabulary of width 2,304).
+MAX_LAYER_WEIGHTS = 2**30
+#: The counts of a preset's config that size a layer beside its ``*_dim`` widths.
+_COUNTS = ("vocabulary_size", "max_sequence_length", "num_classes")
+#: A width of a block's MLP (``intermediate_dim``, ``mlp_dim``): no table has it.
+_MLP = re.compile(r"intermediate|mlp|ffn|feedforward")
 
 
 def is_preset(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a keras-hub preset folder: ``config.json`` beside a
     ``metadata.json`` that names a keras-hub version (no TensorFlow needed)."""
+    return not_a_preset(path) is None
+
+
+def not_a_preset(path: str | os.PathLike) -> str | None:
+    """Why the folder ``path`` is no keras-hub preset (one line, naming the file at
+    fault), or ``None`` for a preset: ``config.json`` beside a ``metadata.json`` that
+    names a keras-hub version."""
+    missing = [name for name in ("config.json", "metadata.json")
+               if not os.path.isfile(os.path.join(path, name))]
+    if missing:
+        return f"no {' and no '.join(missing)}"
     metadata = os.path.join(path, "metadata.json")
-    if not (os.path.isfile(os.path.join(path, "config.json")) and os.path.isfile(metadata)):
-        return False
     try:
         with open(metadata, encoding="utf-8") as handle:
-            return "keras_hub_version" in json.load(handle)
-    except (OSError, ValueError, TypeError):
-        return False
+            found = json.load(handle)
+    except OSError as error:
+        return f"its metadata.json cannot be read ({error.strerror or error})"
+    except ValueError as error:  # not UTF-8, or not JSON
+        return f"its metadata.json is malformed: {one_line(error, limit=120)}"
+    if not isinstance(found, dict) or "keras_hub_version" not in found:
+        return "its metadata.json names no keras_hub_version"
+    return None
 
 
 def load_preset(path: str) -> LoadedModel:
@@ -53,6 +85,7 @@ def load_preset(path: str) -> LoadedModel:
     except ImportError:
         raise ModelLoadError(f"{path!r} is a keras-hub preset: "
                              f"{needs('keras-hub presets', 'hub')}") from None
+    check_sizes(path)  # before keras-hub builds (and allocates) what the configs ask for
     loader = (keras_hub.models.Task if os.path.isfile(os.path.join(path, "task.json"))
               else keras_hub.models.Backbone)
     try:
@@ -70,6 +103,89 @@ def load_preset(path: str) -> LoadedModel:
         except ArgumentError as error:
             raise ModelLoadError(str(error)) from None
     return loaded
+
+
+def check_sizes(path: str) -> None:
+    """Refuse, before anything is built, a preset whose ``config.json`` (or ``task.json``)
+    asks for more than any image model needs, which keras-hub would allocate before
+    failing: an image input of more than
+    :data:`~guidedbp.models.loaded.MAX_INPUT_ELEMENTS` values (``image_shape``,
+    ``image_size``, as a model file's declared input), a vocabulary of more than
+    :data:`MAX_VOCABULARY` tokens, or a layer of more than :data:`MAX_LAYER_WEIGHTS`
+    weights: a table (a config's ``vocabulary_size``, ``max_sequence_length``,
+    ``num_classes`` or image patches by one of its ``*_dim`` widths) or a dense layer
+    (its two largest widths).
+
+    Raises:
+        ModelLoadError: One line naming the file, the field and the bound.
+    """
+    for name in ("config.json", "task.json"):
+        file = os.path.join(path, name)
+        if not os.path.isfile(file):
+            continue
+        try:
+            with open(file, encoding="utf-8") as handle:
+                config = json.load(handle)
+        except (OSError, ValueError) as error:
+            raise ModelLoadError(f"cannot load the keras-hub preset {path!r}: its {name} "
+                                 f"cannot be read: {one_line(error, limit=120)}") from None
+        for found in _configs(config):
+            reason = _too_large(found, name)
+            if reason is not None:
+                raise ModelLoadError(f"cannot load the keras-hub preset {path!r}: its "
+                                     f"{reason}; refused before building it")
+
+
+def _configs(value):
+    """Every dict in a JSON value, nested ones too (a backbone's encoders' configs)."""
+    if isinstance(value, dict):
+        yield value
+        for item in value.values():
+            yield from _configs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _configs(item)
+
+
+def _size(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _too_large(config: dict, where: str) -> str | None:
+    """What ``config`` (one dict of a preset's config) asks for beyond the bounds of
+    :func:`check_sizes`, or ``None``."""
+    shape = config.get("image_shape")
+    side = config.get("image_size")
+    if _size(side) is not None:
+        shape = (side, side, 3)
+    elif isinstance(side, list) and len(side) == 2:
+        shape = (*side, 3)
+    if not (isinstance(shape, list | tuple) and all(_size(v) or v is None for v in shape)):
+        shape = None
+    elif math.prod(side or 1 for side in shape) > MAX_INPUT_ELEMENTS:
+        return (f"{where} asks for an image input of shape {tuple(shape)} "
+                f"({math.prod(side or 1 for side in shape):,} values), more than guidedbp "
+                f"traces ({MAX_INPUT_ELEMENTS:,}, e.g. 4729x4729x3)")
+    vocabulary = _size(config.get("vocabulary_size"))
+    if vocabulary is not None and vocabulary > MAX_VOCABULARY:
+        return (f"{where} asks for a vocabulary of {vocabulary:,} tokens, more than guidedbp "
+                f"builds ({MAX_VOCABULARY:,})")
+    counts = [(_size(config.get(key)), key) for key in _COUNTS]
+    patch = _size(config.get("patch_size"))
+    if shape is not None and patch and all(_size(v) for v in shape[:2]):
+        counts.append(((shape[0] // patch) * (shape[1] // patch), "image patches"))
+    widths = [(_size(value), key) for key, value in config.items() if key.endswith("_dim")]
+    # A table (tokens, positions, patches or classes by a width), and a dense layer (the
+    # two widest widths, an MLP's among them).
+    tables = [(count, width) for count in counts for width in widths
+              if count[0] and width[0] and not _MLP.search(width[1])]
+    widest = sorted((width for width in widths if width[0]), reverse=True)[:2]
+    for (first, one), (second, other) in [*tables, *([widest] if len(widest) == 2 else [])]:
+        if first * second > MAX_LAYER_WEIGHTS:
+            return (f"{where} asks for a layer of {one} {first:,} by {other} {second:,} "
+                    f"({first * second:,} weights), more than guidedbp builds "
+                    f"({MAX_LAYER_WEIGHTS:,})")
+    return None
 
 
 def _with_converter(loaded: LoadedModel, path: str) -> None:

@@ -20,6 +20,7 @@ explains and what the files and manifest name; :func:`describe_detection` and
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import numpy as np
@@ -27,9 +28,12 @@ import numpy as np
 from guidedbp._text import plural
 from guidedbp.errors import ArgumentError
 from guidedbp.models.labels import resolve_class
-from guidedbp.pipeline.targets import Box, ModelOutput, PlannedTarget, TargetPlan, coordinate
+from guidedbp.pipeline.boxes import Box, coordinate
+from guidedbp.pipeline.targets import ModelOutput, PlannedTarget, TargetPlan
 from guidedbp.targets import Detection
 
+#: The longest file-name part of a box target (what an output name keeps room for).
+MAX_SLUG = 64
 #: What a detection target's pictures draw, said after their caption.
 BOX_LEGEND = "(white box: the target; dashed magenta: the proposal it matched)"
 
@@ -45,12 +49,20 @@ def _name_slug(name: str | None) -> str:
 
 def box_slug(box: Box, index: int | None, name: str | None) -> str:
     """The file-name part of a ``box:`` target: ``box-10-20-40-60``, then its class
-    (``-1-circle``, ``-1`` without names) where it names one."""
+    (``-1-circle``, ``-1`` without names) where it names one; one longer than
+    :data:`MAX_SLUG` characters cut, its digest after (as a long input name is).
+
+    >>> box_slug(Box((0.125, 0.25, 999999.5, 999999.75)), 7, "a" * 40)
+    'box-0.125-0.25-999999.5-999999.75-7-aaaaaaaaaaaaaaa~5e88e0531c37'
+    """
     slug = "box-" + "-".join(coordinate(value) for value in box.corners)
-    if index is None:
+    if index is not None:
+        named = _name_slug(name)
+        slug = f"{slug}-{index}-{named}" if named else f"{slug}-{index}"
+    if len(slug) <= MAX_SLUG:
         return slug
-    named = _name_slug(name)
-    return f"{slug}-{index}-{named}" if named else f"{slug}-{index}"
+    digest = hashlib.sha256(slug.encode()).hexdigest()[:12]
+    return f"{slug[: MAX_SLUG - 13].rstrip('-')}~{digest}"
 
 
 def ranked_slug(rank: int, index: int, name: str | None) -> str:
@@ -73,8 +85,9 @@ def plan_detections(options, outputs: tuple[ModelOutput, ...], labels, detector,
         reason: Why it is none, from the engine.
 
     Raises:
-        ArgumentError: One line: a model that is no detector, a box target beside targets
-            of other kinds, a class out of range or unknown, a box listed twice.
+        ArgumentError: One line: a model that is no detector (or a degenerate one: no
+            proposal, or every one inverted), a box target beside targets of other kinds,
+            a class out of range or unknown, a box listed twice.
     """
     boxes = [spec for spec in options.targets if spec.kind == "box"]
     given = f"targets={boxes[0].text}" if boxes else f"detections=top:{options.detections}"
@@ -84,6 +97,9 @@ def plan_detections(options, outputs: tuple[ModelOutput, ...], labels, detector,
         raise ArgumentError(f"{given} needs a detector, a model with a boxes output (batch, "
                             "proposals, 4) and a class scores output (batch, proposals, "
                             f"classes); the model's outputs are {listed}{why}")
+    if detector.degenerate is not None:
+        raise ArgumentError(f"{given}: no detection of this model can be explained: "
+                            f"{detector.degenerate}")
     others = [spec for spec in options.targets if spec.kind != "box"]
     if others or options.classes or options.top_k:
         other = (f"targets={others[0].text}" if others else f"top_k={options.top_k}"

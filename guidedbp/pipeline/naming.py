@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass
 
 
@@ -34,7 +35,8 @@ def class_slug(index: int, labels) -> str:
 def target_slug(kind: str, value, name: str | None = None) -> str:
     """The part of an output name that says which target it explains: ``unit-2``,
     ``unit-4-7-1``, ``region-1-circle`` (``region-1`` without a name), ``similar-ref.jpg``
-    (the reference's file name), ``text-a-cat`` (a prompt's words, cut to 48 characters);
+    (the reference's file name), ``text-a-cat`` (a prompt's words, cut to 48
+    characters, then its digest where they leave something out: :func:`_prompt_slug`);
     letters, digits, ``.``, ``_`` and ``-`` only, so no path separator ever reaches a file
     name.
 
@@ -51,11 +53,39 @@ def target_slug(kind: str, value, name: str | None = None) -> str:
     if kind == "region":
         slug = re.sub(r"[^A-Za-z0-9]+", "-", name or "").strip("-").lower()[:48].strip("-")
         return f"region-{value}-{slug}" if slug else f"region-{value}"
-    if kind == "text":  # a prompt: its words; one of no Latin letter or digit, its digest
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", str(value)).strip("-").lower()[:48].strip("-")
-        return f"text-{slug or hashlib.sha256(str(value).encode()).hexdigest()[:12]}"
+    if kind == "text":
+        return _prompt_slug(str(value))
     text = re.sub(r"[^A-Za-z0-9._-]+", "-", str(value).replace("\\", "/").rsplit("/", 1)[-1])
     return f"{kind}-{text.strip('-.')[:48].strip('-.') or 'reference'}"
+
+
+def _prompt_slug(prompt: str) -> str:
+    """``text-a-cat``: a prompt's Latin words and digits, lower case, cut to 48
+    characters. Where that drops more than letter case and punctuation (words in
+    another script, symbols, what lies past the cut), the prompt's digest follows, so
+    that two prompts share a slug only if they differ in nothing else; a prompt of no
+    Latin letter or digit is its digest alone.
+
+    >>> _prompt_slug("A cat!") == _prompt_slug("a cat")
+    True
+    >>> _prompt_slug("猫の写真 cat"), _prompt_slug("犬の写真 cat")
+    ('text-cat-5c05344f', 'text-cat-931f40c2')
+    >>> _prompt_slug("a photo of " + "a very " * 8 + "big cat")
+    'text-a-photo-of-a-very-a-very-a-very-a-very-a-very-a-9ddb8200'
+    """
+    words = re.sub(r"[^A-Za-z0-9]+", "-", prompt).strip("-").lower()
+    digest = hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()
+    if not words:
+        return f"text-{digest[:12]}"
+    lost = len(words) > 48 or any(not char.isascii() and not _punctuation(char)
+                                  for char in prompt)
+    cut = words[:48].strip("-")
+    return f"text-{cut}-{digest[:8]}" if lost else f"text-{cut}"
+
+
+def _punctuation(char: str) -> bool:
+    """Whether a character other than ASCII is a space or punctuation (``“``, ``—``)."""
+    return unicodedata.category(char)[0] in "PZ"
 
 
 def label_of(target: int, labels) -> str | None:

@@ -21,6 +21,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
+from guidedbp._numbers import whole_number
 from guidedbp._text import did_you_mean
 from guidedbp.engine.methods import as_methods
 from guidedbp.engine.options import MethodOptions
@@ -86,8 +87,8 @@ class ClassOptions:
         targets = (self.targets,) if isinstance(self.targets, str) else tuple(self.targets)
         object.__setattr__(self, "targets", tuple(parse_target(t) for t in targets))
         output = self.model_output
-        if isinstance(output, str) and output.strip().isdigit():
-            object.__setattr__(self, "model_output", int(output))
+        if isinstance(output, str) and whole_number(output) is not None:
+            object.__setattr__(self, "model_output", whole_number(output))
         elif output is not None and (isinstance(output, bool)
                                      or not isinstance(output, (str, int)) or output == ""):
             raise ArgumentError(f"model_output={output!r} must be an output's name or index")
@@ -144,7 +145,7 @@ def parse_detections(value) -> int | None:
     if isinstance(value, str):
         text = value.strip().lower()
         text = text[4:] if text.startswith("top:") else text
-        count = int(text) if text.isdigit() else None
+        count = whole_number(text)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_CLASSES:
         raise ArgumentError(f"detections={value!r} must be top:K, K a whole number from 1 to "
                             f"{MAX_CLASSES} (top:3 explains each image's 3 best detections)")

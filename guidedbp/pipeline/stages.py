@@ -357,6 +357,10 @@ def _detections(plan: Plan, explainer, images: np.ndarray, prepared: list[Prepar
     found = explainer.detect(images, wanted.detections, wanted.threshold)
     results = []
     for index, (detected, item) in enumerate(zip(found, prepared)):
+        if detected.caveat is not None:  # a NaN score: as a box target's, the input fails
+            item.error = f"{detected.caveat.text}; no maps written"
+            results.append([])
+            continue
         item.found = len(detected)
         targets = detections.ranked(detected, item.placement, plan.feed.labels)
         if not targets:

@@ -24,60 +24,30 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 from dataclasses import dataclass
 
+from guidedbp._numbers import whole_number
 from guidedbp._outputs import output_names
-from guidedbp._text import did_you_mean, plural
+from guidedbp._text import did_you_mean, not_text, plural
 from guidedbp.errors import ArgumentError
 from guidedbp.io import store
 from guidedbp.models.labels import resolve_class
+from guidedbp.pipeline.boxes import BOX_FORM, Box, BoxSpecError, parse_box
 from guidedbp.pipeline.naming import class_slug, target_slug
 
 #: The target kinds of a spec, in the order the help lists them.
 KINDS = ("class", "unit", "region", "similar", "box", "text")
 #: How each kind is written.
 FORMS = {"class": "class:C", "unit": "unit:I", "region": "region:C", "similar": "similar:IMAGE",
-         "box": "box:X0,Y0,X1,Y1[:C]", "text": "text:PROMPT"}
+         "box": BOX_FORM, "text": "text:PROMPT"}
 _EXPECTED = ("expected class:C, unit:I (or unit:I,J,K), region:C, similar:IMAGE, "
              "box:X0,Y0,X1,Y1[:C] or text:PROMPT")
 #: The kinds that explain a detector's detection: a box given, or one found (ranked).
 DETECTION_KINDS = ("box", "detection")
-_INDEX = re.compile(r"[0-9]+")
 
 
 class TargetSpecError(ArgumentError):
     """A target spec that does not parse: one line naming it and what was expected."""
-
-
-@dataclass(frozen=True)
-class Box:
-    """A ``box:`` spec's value.
-
-    Attributes:
-        corners: ``(x0, y0, x1, y1)``: x right, y down, in the pixels of each input's
-            image file (upright, as a viewer shows it), ``x0 < x1`` and ``y0 < y1``.
-        label: The class as given (an int index or a name), or ``None``: the class the
-            box is detected as.
-    """
-
-    corners: tuple[float, float, float, float]
-    label: int | str | None = None
-
-    @property
-    def text(self) -> str:
-        """``10,20,40.5,60`` (and ``:LABEL``): the value written back."""
-        corners = ",".join(coordinate(value) for value in self.corners)
-        return corners if self.label is None else f"{corners}:{self.label}"
-
-
-def coordinate(value: float) -> str:
-    """A box coordinate as specs and file names write it: ``10``, ``10.5``, ``-3``.
-
-    >>> coordinate(10.0), coordinate(10.25), coordinate(-3.0)
-    ('10', '10.25', '-3')
-    """
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 @dataclass(frozen=True)
@@ -151,7 +121,7 @@ box:X0,Y0,X1,Y1[:C] or text:PROMPT
     kind, colon, value = text.strip().partition(":")
     kind = kind.strip().lower()
     if not colon:
-        hint = f" (did you mean 'class:{kind}'?)" if _INDEX.fullmatch(kind) else ""
+        hint = f" (did you mean 'class:{kind}'?)" if whole_number(kind) is not None else ""
         raise TargetSpecError(f"target {text!r} is not KIND:VALUE{hint}: {_EXPECTED}")
     if kind not in KINDS:
         hint = did_you_mean(kind, KINDS)
@@ -161,63 +131,30 @@ box:X0,Y0,X1,Y1[:C] or text:PROMPT
     if not value.strip():
         raise TargetSpecError(f"target {text!r} names no {kind}: expected {FORMS[kind]}")
     if kind == "text":  # a prompt as written, its outer spaces dropped
+        reason = not_text(value)
+        if reason is not None:
+            raise TargetSpecError(f"target {text!r} is no text: {reason}; give the "
+                                  "prompt in UTF-8")
         return TargetSpec("text", value, f"text:{value}")
     if kind == "box":
-        box = _parse_box(text, value)
+        try:
+            box = parse_box(value)
+        except BoxSpecError as error:
+            raise TargetSpecError(f"target {text!r}{error.joined}{error}") from None
         return TargetSpec("box", box, f"box:{box.text}")
     if kind == "unit":
-        parts = [part.strip() for part in value.split(",")]
-        if not all(_INDEX.fullmatch(part) for part in parts):
+        index = tuple(whole_number(part) for part in value.split(","))
+        if None in index:
             raise TargetSpecError(
                 f"target {text!r}: a unit is a non-negative index (unit:2) or one index per "
                 "output axis (unit:4,7,1)")
-        index = tuple(int(part) for part in parts)
         unit = index[0] if len(index) == 1 else index
         return TargetSpec("unit", unit, f"unit:{','.join(map(str, index))}")
     if kind in ("class", "region"):
-        parsed = int(value) if _INDEX.fullmatch(value) else value
+        parsed = whole_number(value)
+        parsed = value if parsed is None else parsed
         return TargetSpec(kind, parsed, f"{kind}:{parsed}")
     return TargetSpec("similar", value, f"similar:{value}")
-
-
-def _parse_box(text: str, value: str) -> Box:
-    """A ``box:`` spec's value: four finite numbers, a box with an area, then an optional
-    ``:LABEL``.
-
-    Raises:
-        TargetSpecError: One line naming the spec and what is wrong with it.
-    """
-    numbers, colon, label = value.partition(":")
-    parts = [part.strip() for part in numbers.split(",")]
-    form = "a box is four numbers X0,Y0,X1,Y1 (its corners, in the image's pixels)"
-    if len(parts) != 4:
-        raise TargetSpecError(f"target {text!r}: {form}, got {plural(len(parts), 'number')}")
-    corners = []
-    for part in parts:
-        try:
-            number = float(part)
-        except ValueError:
-            raise TargetSpecError(f"target {text!r}: {part!r} is not a number: {form}") \
-                from None
-        if not math.isfinite(number):
-            raise TargetSpecError(f"target {text!r}: {part!r} is not a finite number: {form}")
-        corners.append(number)
-    x0, y0, x1, y1 = corners
-    for low, high, axis in ((x0, x1, "X"), (y0, y1, "Y")):
-        if high < low:
-            raise TargetSpecError(
-                f"target {text!r} is inverted: {axis}1 ({coordinate(high)}) must be greater "
-                f"than {axis}0 ({coordinate(low)}): corners are X0,Y0 (top left) then X1,Y1 "
-                "(bottom right)")
-        if high == low:
-            raise TargetSpecError(f"target {text!r} is empty: {axis}1 equals {axis}0, so the "
-                                  "box has no area")
-    label = label.strip()
-    if colon and not label:
-        raise TargetSpecError(f"target {text!r} names no class after its box: expected "
-                              f"{FORMS['box']}")
-    parsed = int(label) if _INDEX.fullmatch(label) else label or None
-    return Box((x0, y0, x1, y1), parsed)
 
 
 # -- the model's outputs ---------------------------------------------------------------
