@@ -28,8 +28,27 @@ from guidedbp._numbers import decimal_number, whole_number
 __all__ = ["Number", "Whole"]
 
 
-class Whole(click.IntRange):
-    """A whole number (a sign allowed), optionally within ``min`` and ``max``."""
+class _Unbounded:
+    """Where neither ``min`` nor ``max`` is given, the help reads as click's plain
+    ``INTEGER`` or ``FLOAT`` (no ``RANGE``, no ``x<=None``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.min is None and self.max is None:
+            self.name = self.name.replace(" range", "")
+
+    def _describe_range(self) -> str:
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
+
+
+class Whole(_Unbounded, click.IntRange):
+    """A whole number (a sign allowed), optionally within ``min`` and ``max``.
+
+    >>> Whole().name, Whole()._describe_range(), Whole(1)._describe_range()
+    ('integer', '', 'x>=1')
+    """
 
     def convert(self, value, param, ctx):
         if isinstance(value, str):
@@ -40,7 +59,7 @@ class Whole(click.IntRange):
         return super().convert(value, param, ctx)
 
 
-class Number(click.FloatRange):
+class Number(_Unbounded, click.FloatRange):
     """A finite decimal number, optionally within ``min`` and ``max``."""
 
     def convert(self, value, param, ctx):
