@@ -189,12 +189,12 @@ def test_a_detection_with_no_label_explains_the_class_it_is_detected_as(detector
 def test_drise_is_rises_estimator_on_the_same_masks(detector, target):
     """On a Detection target, with the same grid, masks and seed, ``drise`` and ``rise``
     give the same map (the same masks from the same generator, the same estimator): what
-    differs is D-RISE's default grid (16 cells a side, RISE's 7) and that it refuses any
-    other target."""
+    differs is D-RISE's default grid (16 cells a side, RISE's 7) and masks (500, RISE's
+    100), and that it refuses any other target."""
     both = Explainer(detector, "drise,rise", **SMALL).explain(IMAGES, target)
     np.testing.assert_array_equal(both.by_method["drise"], both.by_method["rise"])
     options = BlackBoxOptions()
-    assert [passes_per_image(name, options, 224, 224) for name in ("drise", "rise")] == [100, 100]
+    assert [passes_per_image(name, options, 224, 224) for name in ("drise", "rise")] == [500, 100]
     from guidedbp.engine._blackbox import grid_of
 
     assert grid_of(options, "drise", 224, 224) == 16 and grid_of(options, "rise", 224, 224) == 7
