@@ -41,18 +41,18 @@ def bucket(s3_server):
     return s3server.make_bucket(f"guidedbp-test-{os.getpid()}-{next(_buckets)}")
 
 
-#: The slowest test files (make test's --durations, summed per file), slowest first, then
-#: those that only make test-all runs. Two workers take whole files in collection order
-#: (--dist loadfile): starting with the longest ones leaves no long file alone at the end
-#: (make test: 6 min 48 s in alphabetical order).
+#: The slowest test files, slowest first: those whose heavy tests make test-all runs, then
+#: make test's (its CPU-seconds summed per file: test_readme.py about 100, the last here
+#: about 20). Two workers take whole files in collection order (--dist loadfile): starting
+#: with the longest ones leaves no long file alone at the end.
 SLOW_FIRST = (
     "tests/hostile/test_blackbox_memory.py", "tests/test_engine_reference.py",
     "tests/test_pytest_plugin.py", "tests/test_detection_hub.py", "tests/test_ray_store.py",
-    "tests/test_readme.py", "tests/test_explain_cli.py", "tests/test_generalised_guided.py",
-    "tests/test_target_checks.py", "tests/test_cli_detections.py",
-    "tests/test_evaluate_table.py", "tests/test_progress.py", "tests/test_store_hostile.py",
-    "tests/test_fast_errors.py", "tests/test_activation_reference.py",
-    "tests/test_library.py", "tests/test_cli_targets.py",
+    "tests/test_readme.py", "tests/test_target_checks.py", "tests/test_generalised_guided.py",
+    "tests/test_activation_reference.py", "tests/test_cli_detections.py",
+    "tests/test_explain_cli.py", "tests/test_fast_errors.py", "tests/test_loading.py",
+    "tests/test_cli_targets.py", "tests/test_library.py", "tests/test_demo_detector.py",
+    "tests/test_store_hostile.py",
 )
 
 

@@ -1,9 +1,6 @@
 """Which ops the generalised rule treats as one activation, how the report counts them,
 and that the ReLU family's maps did not move (``guide="all"`` against ``"relu"``)."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import keras
@@ -13,6 +10,7 @@ import tensorflow as tf
 
 from guidedbp.engine.explainer import Explainer, NoReluWarning
 
+from . import zoo
 from .models import mixed_relu_cnn
 
 IMAGES = np.random.default_rng(7).normal(size=(2, 8, 8, 3)).astype(np.float32)
@@ -188,14 +186,11 @@ SAVEDMODEL_SCRIPT = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
+def saved():
     # Saved in another process, as users do: a SavedModel's custom gradients (silu's) are
-    # then registered by the loader in this one only, against its own graph.
-    folder = tmp_path_factory.mktemp("saved")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    subprocess.run([sys.executable, "-c", SAVEDMODEL_SCRIPT, str(folder)], check=True,
-                   env=env, capture_output=True)
-    return folder
+    # then registered by the loader in this one only, against its own graph. That process
+    # runs once (tests/zoo.py caches what it saved).
+    return zoo.by_script("activations", SAVEDMODEL_SCRIPT)
 
 
 @pytest.mark.parametrize("method", ["guided", "deconvnet", "vanilla"])

@@ -3,6 +3,7 @@ values they complete for --method, --render, --cmap and evaluate's lists."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import subprocess
@@ -24,12 +25,21 @@ def environment(**extra) -> dict:
     return {**env, **extra}
 
 
+@functools.cache
+def bash_source() -> str:
+    """The script ``eval "$(_GUIDEDBP_COMPLETE=bash_source guidedbp)"`` sources, generated
+    once for the module (each run of guidedbp is a Python start)."""
+    result = subprocess.run(["guidedbp"], capture_output=True, text=True, timeout=60,
+                            env=environment(_GUIDEDBP_COMPLETE="bash_source"), check=True)
+    return result.stdout
+
+
 def bash_completions(line: str) -> list[str]:
     """What bash offers for ``line`` + TAB: the generated script, sourced in a real bash,
-    its completion function run on the words as bash splits them."""
+    its completion function (which runs guidedbp) run on the words as bash splits them."""
     words = shlex.split(line) + ([""] if line.endswith(" ") else [])
     script = (
-        'eval "$(_GUIDEDBP_COMPLETE=bash_source guidedbp)"\n'
+        f"eval {shlex.quote(bash_source())}\n"
         f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)})\n"
         f"COMP_CWORD={len(words) - 1}\n"
         "_guidedbp_completion guidedbp\n"

@@ -137,7 +137,9 @@ def test_options_are_frozen_picklable_and_checked():
 
 def test_several_methods_equal_each_method_alone(random_cnn):
     images = np.random.default_rng(3).normal(size=(5, 12, 12, 3)).astype(np.float32)
-    options = {"steps": 4, "batch_size": 3}
+    # Few copies for the black-box methods (their defaults: 100 to 528 forward passes per
+    # image): the same code, and both runs draw the same copies.
+    options = {"steps": 4, "batch_size": 3, "masks": 8, "samples": 8, "designs": 2}
     every = as_methods("all")  # all that explain a class: D-RISE explains detections alone
     together = Explainer(random_cnn, every, **options)
     explanation = together.explain(images, [0, 1, 2, 3, 0])

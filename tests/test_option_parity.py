@@ -115,12 +115,29 @@ def test_every_run_option_is_shared_with_explain_image_or_refused_by_it():
     assert shared.isdisjoint(REFUSED)
 
 
+@pytest.fixture(scope="module")
+def by_default(workspace, models):
+    """``explain_image``'s result for the image with the default options but ``extra``,
+    computed once for each model, methods and ``extra`` that :data:`SHARED` compares with."""
+    results: dict = {}
+
+    def result(model: str, methods, extra: dict):
+        key = (model, methods, tuple(sorted(extra.items())))
+        if key not in results:
+            results[key] = explain_image(models[model], workspace / "a.png", methods=methods,
+                                         **extra)
+        return results[key]
+
+    return result
+
+
 @pytest.mark.parametrize(("name", "value", "methods", "extra", "changes"), SHARED,
                          ids=[case[0] for case in SHARED])
 def test_a_shared_option_gives_explain_image_the_maps_explain_files_writes(
-        workspace, models, tmp_path, name, value, methods, extra, changes):
+        workspace, models, by_default, tmp_path, name, value, methods, extra, changes):
     # size needs free spatial dimensions; the others, ReLUs that switch with the input
-    loaded = models["free" if name == "size" else "biased"]
+    model = "free" if name == "size" else "biased"
+    loaded = models[model]
     image = workspace / "a.png"
     value = value(loaded) if callable(value) else value
     if name == "methods":
@@ -134,8 +151,7 @@ def test_a_shared_option_gives_explain_image_the_maps_explain_files_writes(
     stem = output_stem(str(image))
     for method, saliency in result.maps.items():
         np.testing.assert_array_equal(saliency, np.load(tmp_path / f"{stem}.{method}.npy"))
-    default = explain_image(loaded, image, methods=None if name == "methods" else methods,
-                            **extra)
+    default = by_default(model, None if name == "methods" else methods, extra)
     if name == "methods":
         assert set(result.maps) == {"vanilla"} and set(default.maps) == {"guided"}
         return

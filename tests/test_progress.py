@@ -1,37 +1,63 @@
 """The progress bar as a person sees it: ``explain`` and ``evaluate`` run with stderr on a
-real pseudo-terminal, where it is drawn, and on a pipe, where it is not."""
+real pseudo-terminal, where it is drawn, and on a pipe, where it is not.
+
+The commands run in this process (the command line's ``main``, as ``python -m guidedbp``
+calls it), with ``sys.stderr`` a file on the terminal or the pipe: a process of its own
+would add a TensorFlow import per run and nothing that this file tests."""
 
 from __future__ import annotations
 
 import os
 import pty
-import subprocess
 import sys
+import threading
 from pathlib import Path
 
 SHAPES = Path(__file__).resolve().parent.parent / "sample_images" / "shapes"
 
 
-def run_on_a_terminal(args: list[str], tmp_path: Path) -> tuple[int, str, str]:
-    """``python -m guidedbp ARGS`` with stderr on a pseudo-terminal: (code, stdout, what
-    the terminal showed)."""
-    main, terminal = pty.openpty()
-    with open(tmp_path / "stdout.txt", "wb") as stdout:
-        process = subprocess.Popen([sys.executable, "-m", "guidedbp", *args],
-                                   stdin=subprocess.DEVNULL, stdout=stdout, stderr=terminal)
-    os.close(terminal)
-    shown = []
-    while True:
+def run_on(args: list[str], tmp_path: Path, terminal: bool = True) -> tuple[int, str, str]:
+    """``guidedbp ARGS`` with stderr on a pseudo-terminal (or a pipe), stdout in a file
+    and stdin empty: (code, stdout, what the terminal or the pipe showed)."""
+    from guidedbp.cli import main
+
+    reading, writing = pty.openpty() if terminal else os.pipe()
+    shown: list[bytes] = []
+
+    def drain() -> None:  # as the terminal would: a full buffer would block the command
+        while True:
+            try:
+                data = os.read(reading, 65536)
+            except OSError:  # EIO: the terminal's last writer closed it
+                break
+            if not data:
+                break
+            shown.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    saved = sys.stdin, sys.stdout, sys.stderr
+    code = None
+    with open(tmp_path / "stdout.txt", "w", encoding="utf-8") as stdout, \
+            open(os.devnull, encoding="utf-8") as stdin, \
+            open(writing, "w", encoding="utf-8", errors="replace") as stderr:
+        sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
         try:
-            data = os.read(main, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not data:
-            break
-        shown.append(data)
-    os.close(main)
-    code = process.wait(timeout=600)
-    return code, (tmp_path / "stdout.txt").read_text(), b"".join(shown).decode(errors="replace")
+            main([*args], prog_name="guidedbp")
+        except SystemExit as exit_:
+            code = exit_.code
+        finally:
+            sys.stdin, sys.stdout, sys.stderr = saved
+    reader.join(timeout=60)
+    os.close(reading)
+    return code or 0, (tmp_path / "stdout.txt").read_text(), \
+        b"".join(shown).decode(errors="replace")
+
+
+def run_on_a_terminal(args: list[str], tmp_path: Path) -> tuple[int, str, str]:
+    """``guidedbp ARGS`` with stderr on a pseudo-terminal: (code, stdout, what the
+    terminal showed)."""
+    return run_on(args, tmp_path, terminal=True)
 
 
 def test_evaluate_counts_images_and_forward_passes_on_a_terminal(tmp_path):
@@ -53,13 +79,11 @@ def test_explain_draws_the_passes_on_a_terminal_and_nothing_on_a_pipe(tmp_path):
     assert code == 0, shown[-2000:]
     assert "· lime 40/40 passes" in shown and "] 2/2 " in shown
     assert "2 explained" in shown
-    piped = subprocess.run(
-        [sys.executable, "-m", "guidedbp", "explain", "demo", *images, "-o",
-         str(tmp_path / "piped"), "--method", "lime", "--samples", "20"],
-        capture_output=True, text=True, timeout=600)
-    assert piped.returncode == 0, piped.stderr[-2000:]
-    assert "· lime" not in piped.stderr and "\r" not in piped.stderr
-    assert "2 explained" in piped.stderr
+    code, _, piped = run_on(["explain", "demo", *images, "-o", str(tmp_path / "piped"),
+                             "--method", "lime", "--samples", "20"], tmp_path, terminal=False)
+    assert code == 0, piped[-2000:]
+    assert "· lime" not in piped and "\r" not in piped
+    assert "2 explained" in piped
 
 
 def test_quiet_draws_no_bar_even_on_a_terminal(tmp_path):

@@ -60,6 +60,31 @@ def saved(name: str, builder: Callable, kinds: tuple[str, ...] = tuple(KINDS),
     return wanted
 
 
+def by_script(name: str, script: str) -> Path:
+    """The folder that ``python -c SCRIPT FOLDER`` fills, run once in a process of its own
+    (models saved where they were not built, as a user's are) and cached as :func:`saved`
+    caches, by the script's text and the TensorFlow and Keras versions. The script must be
+    deterministic (a fixed seed)."""
+    import subprocess
+    import sys
+
+    folder = _folder(name, by_script, script)
+    if folder.exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not folder.exists():
+            temporary = folder.with_name(f".{folder.name}.{os.getpid()}")
+            shutil.rmtree(temporary, ignore_errors=True)
+            temporary.mkdir()
+            subprocess.run([sys.executable, "-c", script, str(temporary)], check=True,
+                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+                           capture_output=True)
+            os.replace(temporary, folder)
+    return folder
+
+
 def _save(model, kind: str, path: Path) -> None:
     """Save ``model`` as ``kind`` at ``path``, whole or not at all."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
