@@ -47,7 +47,7 @@ class Beside:
 def beside(plan, prepared, entry, planned, size: tuple[int, int]) -> Beside:
     """What the panels of ``entry`` (an :class:`~guidedbp.pipeline.stages.Explained` of
     ``prepared``, explaining ``planned``, a
-    :class:`~guidedbp.pipeline.targets.PlannedTarget` or ``None``) show beside its maps,
+    :class:`~guidedbp.pipeline.target_plan.PlannedTarget` or ``None``) show beside its maps,
     whose size is ``size`` (H, W)."""
     if planned is not None and planned.kind == "region" and entry.region is not None:
         return Beside(outline=region_on_picture(

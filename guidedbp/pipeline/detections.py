@@ -29,7 +29,8 @@ from guidedbp._text import plural
 from guidedbp.errors import ArgumentError
 from guidedbp.models.labels import resolve_class
 from guidedbp.pipeline.boxes import Box, coordinate
-from guidedbp.pipeline.targets import ModelOutput, PlannedTarget, TargetPlan
+from guidedbp.pipeline.model_outputs import ModelOutput
+from guidedbp.pipeline.target_plan import PlannedTarget, TargetPlan
 from guidedbp.targets import Detection
 
 #: The longest file-name part of a box target (what an output name keeps room for).

@@ -19,7 +19,7 @@ from guidedbp.io import store
 from guidedbp.io.images import IMAGE_EXTENSIONS, ImageError, decode_image
 from guidedbp.io.inputs import InputItem
 from guidedbp.models.preprocess import prepare
-from guidedbp.pipeline.targets import file_digest
+from guidedbp.pipeline.target_plan import file_digest
 
 #: How far a mask's proportions may stray from its image's (rounding of resized masks).
 _ASPECT_TOLERANCE = 0.02

@@ -29,7 +29,7 @@ from guidedbp.errors import ArgumentError
 from guidedbp.figures import FIGURE_FORMATS
 from guidedbp.io.shard import manifest_name
 from guidedbp.models.preprocess import RESIZE_MODES
-from guidedbp.pipeline.targets import DETECTION_KINDS, parse_target
+from guidedbp.pipeline.target_specs import DETECTION_KINDS, parse_target
 from guidedbp.render.options import RenderOptions
 
 #: Where ``guidedbp explain`` writes when no OUT is given.
@@ -55,7 +55,7 @@ class ClassOptions:
             top-1 class (or the top ``top_k``). At most :data:`MAX_CLASSES`.
         top_k: Explain each image's ``top_k`` most probable classes, at most
             :data:`MAX_CLASSES`.
-        targets: Target specs (:func:`~guidedbp.pipeline.targets.parse_target`:
+        targets: Target specs (:func:`~guidedbp.pipeline.target_specs.parse_target`:
             ``class:C``, ``unit:I``, ``region:C``, ``similar:IMAGE``), as text or
             parsed; with ``classes``, at most :data:`MAX_CLASSES` in all. They share
             one forward pass.

@@ -33,6 +33,7 @@ from guidedbp.pipeline.detections import detection_layers, plan_detections
 from guidedbp.pipeline.family import claim_output
 from guidedbp.pipeline.fingerprint import made_by
 from guidedbp.pipeline.local import run_local
+from guidedbp.pipeline.model_outputs import model_outputs, select_output
 from guidedbp.pipeline.naming import label_of
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, IMAGE_OPTIONS, RunOptions
 from guidedbp.pipeline.preflight import (  # noqa: F401 (NoImagesError: guidedbp's)
@@ -44,13 +45,8 @@ from guidedbp.pipeline.preflight import (  # noqa: F401 (NoImagesError: guidedbp
 )
 from guidedbp.pipeline.resume import Resumed, carried_over, earlier_outputs
 from guidedbp.pipeline.stages import Feed, Plan, Summary
-from guidedbp.pipeline.targets import (
-    DETECTION_KINDS,
-    TargetPlan,
-    model_outputs,
-    plan_targets,
-    select_output,
-)
+from guidedbp.pipeline.target_plan import TargetPlan, plan_targets
+from guidedbp.pipeline.target_specs import DETECTION_KINDS
 from guidedbp.pipeline.writing import record
 
 
@@ -108,7 +104,7 @@ def explain_files(
             cannot be written (:func:`~guidedbp.pipeline.preflight.check_run`), a model
             that does not load (or ``load`` with a model already loaded), a class that
             does not exist, targets that do not fit the model's output
-            (:func:`~guidedbp.pipeline.targets.plan_targets`), batches that cannot fit in
+            (:func:`~guidedbp.pipeline.target_plan.plan_targets`), batches that cannot fit in
             the free memory. Failing inputs do
             not raise: they are counted in the summary and recorded in the manifest.
 

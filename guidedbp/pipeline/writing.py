@@ -28,7 +28,7 @@ from guidedbp.pipeline import detections
 from guidedbp.pipeline.beside import Beside, beside
 from guidedbp.pipeline.naming import label_of
 from guidedbp.pipeline.stages import Explained, Plan, Prepared, is_npy
-from guidedbp.pipeline.targets import PlannedTarget, describe, ranked_target
+from guidedbp.pipeline.target_plan import PlannedTarget, describe, ranked_target
 from guidedbp.render import Column, render, render_column, render_panel
 
 
