@@ -1373,7 +1373,7 @@ def mark(name):
 from guidedbp.cli import main
 import guidedbp.cli.explain
 mark("guidedbp imports")
-from guidedbp.cli.common import import_tensorflow
+from guidedbp.cli.process import import_tensorflow
 import_tensorflow()
 mark("TensorFlow import")
 from guidedbp.models.loading import load_model

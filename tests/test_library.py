@@ -332,7 +332,7 @@ def test_the_cli_prints_a_warning_as_one_line(tmp_path):
 
 
 def test_library_messages_name_parameters_and_the_cli_translates():
-    from guidedbp.cli.common import as_flags
+    from guidedbp.cli.exits import as_flags
 
     command = click.Command("x", params=[click.Option(["--input-key"]),
                                          click.Option(["--weights"]),

@@ -11,16 +11,10 @@ import click
 
 from guidedbp._text import plural, shown_name
 from guidedbp.checks.suite import CHECK_NAMES, CHECKS, NEEDS_OPTION
-from guidedbp.cli.common import (
-    UsageFailure,
-    as_flags,
-    errors_handled,
-    import_tensorflow,
-    load_options,
-    model_options,
-    parse_comma_list,
-)
+from guidedbp.cli.exits import UsageFailure, as_flags, errors_handled
+from guidedbp.cli.flags import load_options, model_options, parse_comma_list
 from guidedbp.cli.numbers import Number, Whole
+from guidedbp.cli.process import import_tensorflow
 from guidedbp.cli.targets import complete_target, parse_targets
 from guidedbp.engine.options import MAX_BATCH_SIZE
 

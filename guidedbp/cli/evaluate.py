@@ -24,14 +24,12 @@ from guidedbp.checks.faithfulness import (
     join,
 )
 from guidedbp.checks.metrics_catalog import METRIC_NAMES
-from guidedbp.cli.common import (
+from guidedbp.cli.exits import UsageFailure, errors_handled
+from guidedbp.cli.flags import (
     FolderOrURL,
-    UsageFailure,
     batch_size_option,
     complete_comma_list,
-    errors_handled,
     guide_option,
-    import_tensorflow,
     load_options,
     model_options,
     parse_comma_list,
@@ -39,6 +37,7 @@ from guidedbp.cli.common import (
     precision_option,
 )
 from guidedbp.cli.numbers import Number, Whole
+from guidedbp.cli.process import import_tensorflow
 from guidedbp.cli.progress import Progress, show_progress
 from guidedbp.engine.methods import GRADIENT, METHODS, REGISTRY
 

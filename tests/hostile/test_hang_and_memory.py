@@ -364,7 +364,7 @@ def test_ctrl_c_during_start_up_exits_130_at_once(model, flat, tmp_path, entry, 
 _STUCK_SCRIPT = textwrap.dedent("""
     import signal, time
     import click
-    from guidedbp.cli.common import Command
+    from guidedbp.cli.process import Command
 
     @click.group(cls=Command)
     def main():
@@ -383,7 +383,7 @@ _STUCK_SCRIPT = textwrap.dedent("""
 
 
 def test_ctrl_c_ends_a_process_whose_main_thread_never_returns(tmp_path):
-    from guidedbp.cli.common import INTERRUPT_GRACE
+    from guidedbp.cli.process import INTERRUPT_GRACE
 
     assert INTERRUPT_GRACE < 2  # the README's "within 2 seconds" rests on it
     process = subprocess.Popen([sys.executable, "-c", _STUCK_SCRIPT], env=_environment(),
