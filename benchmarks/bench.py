@@ -1381,7 +1381,8 @@ loaded = load_model("demo")
 mark("load")
 from guidedbp import Explainer
 from guidedbp.io.images import decode_image
-from guidedbp.models.preprocess import fit, preprocess
+from guidedbp.models.preprocess import preprocess
+from guidedbp.models.resizing import fit
 explainer = Explainer(loaded)
 explainer.report
 mark("trace")

@@ -26,7 +26,7 @@ from guidedbp.engine.options import BASELINES, UPSAMPLING, MethodOptions
 from guidedbp.errors import ArgumentError, GuidedbpError
 from guidedbp.io.inputs import output_stem
 from guidedbp.io.manifest import read_manifest
-from guidedbp.models.preprocess import RESIZE_MODES
+from guidedbp.models.resizing import RESIZE_MODES
 from guidedbp.render import COLORMAPS
 from guidedbp.render.options import OUTPUT_SIZES
 

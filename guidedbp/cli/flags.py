@@ -18,7 +18,8 @@ from guidedbp.cli.numbers import Number, Whole
 from guidedbp.engine.methods import METHODS, as_methods
 from guidedbp.engine.options import MAX_BATCH_SIZE, MethodOptions
 from guidedbp.io.store import is_url
-from guidedbp.models.preprocess import PREPROCESS_MODES, RESIZE_MODES
+from guidedbp.models.preprocess import PREPROCESS_MODES
+from guidedbp.models.resizing import RESIZE_MODES
 from guidedbp.pipeline.options import MAX_SIDE, RunOptions
 
 

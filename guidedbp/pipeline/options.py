@@ -28,7 +28,7 @@ from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError
 from guidedbp.figures import FIGURE_FORMATS
 from guidedbp.io.shard import manifest_name
-from guidedbp.models.preprocess import RESIZE_MODES
+from guidedbp.models.resizing import RESIZE_MODES
 from guidedbp.pipeline.target_specs import DETECTION_KINDS, parse_target
 from guidedbp.render.options import RenderOptions
 
@@ -161,7 +161,7 @@ class InputOptions:
         size: ``(H, W)`` for models with free spatial dimensions, each side at most
             :data:`MAX_SIDE`; ``None``: each image's own size.
         resize: How an image is fitted to the model's input size, one of
-            :data:`~guidedbp.models.preprocess.RESIZE_MODES`.
+            :data:`~guidedbp.models.resizing.RESIZE_MODES`.
         shard: ``(K, N)``: explain only shard K of N (a stable hash of each input's
             output name), writing ``manifest-K-of-N.jsonl``.
     """

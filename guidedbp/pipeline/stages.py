@@ -24,8 +24,8 @@ from guidedbp.caveats import Caveat
 from guidedbp.io import source, store
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem
-from guidedbp.models.preprocess import draft_side, resize_picture
 from guidedbp.models.preprocess import prepare as fit_and_preprocess
+from guidedbp.models.resizing import draft_side, resize_picture
 from guidedbp.pipeline import detections
 from guidedbp.pipeline.masks import MaskError, find_mask, read_mask, reference_input
 from guidedbp.pipeline.naming import Naming

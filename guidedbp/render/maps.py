@@ -4,10 +4,10 @@ A saliency map here is a real array of shape ``(H, W, C)`` with ``C`` 1 or 3:
 the gradient of a class score with respect to the input pixels, as the engine
 returns it (float32). Renders that also show the photograph take the original
 image as ``uint8`` of shape ``(H, W, 3)``, ``(H, W, 1)`` or ``(H, W)`` and the
-SAME ``H`` and ``W``: resizing is the caller's job (``guidedbp.models.preprocess.resize_map``).
+SAME ``H`` and ``W``: resizing is the caller's job (``guidedbp.models.resizing.resize_map``).
 The one exception is a larger picture of the same aspect that scales down to the
 map's size exactly (maps of a large original are capped at
-``guidedbp.models.preprocess.MAX_SHOWN_SIDE``): it is reduced to the map's size first.
+``guidedbp.models.resizing.MAX_SHOWN_SIDE``): it is reduced to the map's size first.
 Every render returns ``uint8``, ``(H, W, 3)`` or ``(H, W)``, ready to save.
 Float to ``uint8`` conversions round to nearest with halves up
 (``floor(v * 255 + 0.5)``), so the same input gives the same bytes everywhere.

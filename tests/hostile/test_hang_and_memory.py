@@ -35,7 +35,7 @@ from guidedbp.checks.baseline import BaselineError, load_baseline, save_baseline
 from guidedbp.checks.expected import read_expectations
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.models.labels import load_labels
-from guidedbp.models.preprocess import MAX_SHOWN_SIDE
+from guidedbp.models.resizing import MAX_SHOWN_SIDE
 from guidedbp.render import render, render_overlay
 
 from ..helpers import no_hang, run_cli
