@@ -297,7 +297,7 @@ class SaliencyRegression:
                              f"not method={method!r}")
         labels = explainer.labels
         if isinstance(image, (str, os.PathLike)):
-            from guidedbp.pipeline.run import explain_image
+            from guidedbp.pipeline.one_image import explain_image
 
             result = explain_image(explainer, image, target, methods=method)
             explanation, labels = result.explanation, result.labels
