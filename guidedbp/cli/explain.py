@@ -33,7 +33,7 @@ from guidedbp.cli.flags import (
 from guidedbp.cli.numbers import Number, Whole
 from guidedbp.cli.process import import_tensorflow
 from guidedbp.cli.progress import Progress, show_progress
-from guidedbp.cli.targets import (
+from guidedbp.cli.target_options import (
     DETECTIONS_HELP,
     TARGET_HELP,
     complete_target,
