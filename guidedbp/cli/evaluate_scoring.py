@@ -69,7 +69,6 @@ def method_costs(loaded, samples: list, methods, batch_size: int, options: dict,
             "relative": {name: round(value, 3) for name, value in ratios.items()}}
 
 
-
 def measure(loaded, explainer, samples: list, settings, options: dict,
             progress: Progress | None = None) -> Measured:
     """Explain the samples a batch at a time; score each map against its mask and play
