@@ -66,8 +66,10 @@ $(PEER_STAMP):
 test-pythons: $(STAMP)
 	$(PY) tests/pythons.py $(PYTHONS)
 
+# Every section of benchmarks/sections/, in one process; ONLY=NAME runs one (bench.py --only
+# NAME; bench.py --help lists them).
 bench: $(STAMP)
-	$(PY) benchmarks/bench.py
+	$(PY) benchmarks/bench.py $(if $(ONLY),--only $(ONLY))
 
 # The documentation site (mkdocs.yml, pages under docs/) into build/site: --strict makes every
 # warning an error (a broken link or anchor, an API name that does not exist). Then

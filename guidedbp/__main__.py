@@ -7,13 +7,13 @@ def run() -> None:
     """The ``guidedbp`` command line; Ctrl-C while it loads ends it as Ctrl-C later does.
 
     A finished command leaves without the interpreter's teardown where that is safe
-    (:func:`guidedbp.cli.common.may_skip_teardown`): TensorFlow's takes a second or more,
+    (:func:`guidedbp.cli.process.may_skip_teardown`): TensorFlow's takes a second or more,
     a fifth of a cold ``guidedbp explain``. Only here, in the program: ``main()`` called
     from Python returns or raises ``SystemExit`` as click's commands do."""
     try:
         from guidedbp.cli import main
-        from guidedbp.cli.common import exit_now, may_skip_teardown
-    except KeyboardInterrupt:  # before guidedbp.cli.common.Command can catch it
+        from guidedbp.cli.process import exit_now, may_skip_teardown
+    except KeyboardInterrupt:  # before guidedbp.cli.process.Command can catch it
         sys.stderr.write("interrupted\n")
         sys.exit(130)
     try:

@@ -566,7 +566,8 @@ def test_json_document_and_junit_xml(relu_results):
     assert failure.get("message") == "drift <&>"
 
 
-@pytest.mark.parametrize("module", ["guidedbp.render.diff", "guidedbp.pytest_plugin"])
+@pytest.mark.parametrize("module", ["guidedbp.render.diff", "guidedbp.pytest_plugin",
+                                    "guidedbp.pytest_plugin.baselines"])
 def test_diff_and_plugin_docstring_examples_run(module):
     import doctest
     import importlib

@@ -146,7 +146,7 @@ def test_expect_lists_classes_and_a_baseline_records_the_target(files, tmp_path)
 def test_the_reference_score_is_the_engines_score(files, model, spec, output):
     """The self-test's reference scores each target as its definition says: its plain
     gradient equals the engine's vanilla map of the same target."""
-    from guidedbp.checks.targets import BatchTargets, plan_check_target
+    from guidedbp.checks.check_target import BatchTargets, plan_check_target
     from guidedbp.engine.explainer import Explainer
     from guidedbp.engine.reference import reference_saliency
     from guidedbp.models.loading import load_model

@@ -22,7 +22,8 @@ import guidedbp
 from guidedbp.io.images import decode_image
 from guidedbp.io.manifest import read_manifest
 from guidedbp.models.preprocess import prepare
-from guidedbp.pipeline.targets import TargetSpecError, parse_target, short_number
+from guidedbp.pipeline.target_plan import short_number
+from guidedbp.pipeline.target_specs import TargetSpecError, parse_target
 from guidedbp.render import PANEL_GAP, PANEL_MARGIN
 from guidedbp.targets import Region, Similarity, Unit
 
@@ -131,10 +132,10 @@ def test_a_bad_spec_is_one_line_with_a_hint(text, fragment):
 def test_the_examples_of_the_target_modules_hold():
     import doctest
 
-    from guidedbp.cli import targets as cli_targets
-    from guidedbp.pipeline import masks, naming, targets
+    from guidedbp.cli import target_options
+    from guidedbp.pipeline import masks, model_outputs, naming, target_plan, target_specs
 
-    for module in (targets, naming, masks, cli_targets):
+    for module in (target_specs, model_outputs, target_plan, naming, masks, target_options):
         assert doctest.testmod(module).failed == 0, module.__name__
 
 

@@ -89,7 +89,7 @@ def test_missing_mask_and_usage_errors(setup, tmp_path):
 
 
 def test_synthetic_samples_explain_the_asked_object():
-    from guidedbp.cli.evaluate import _synthetic
+    from guidedbp.cli.evaluate_samples import synthetic_samples
     from guidedbp.demo import make_scenes
 
     scenes = make_scenes(3, 11, distractors=True)
@@ -97,13 +97,13 @@ def test_synthetic_samples_explain_the_asked_object():
         (False, scenes.masks, scenes.distractor_masks, scenes.labels),
         (True, scenes.distractor_masks, scenes.masks, scenes.distractor_labels),
     ):
-        samples = _synthetic(3, 11, True, explain_distractor)
+        samples = synthetic_samples(3, 11, True, explain_distractor)
         for index, sample in enumerate(samples):
             np.testing.assert_array_equal(sample.picture, scenes.images[index])
             np.testing.assert_array_equal(sample.mask, mask[index])
             np.testing.assert_array_equal(sample.other_mask, other[index])
             assert sample.label == labels[index]
-    assert all(sample.other_mask is None for sample in _synthetic(2, 11, False))
+    assert all(sample.other_mask is None for sample in synthetic_samples(2, 11, False))
 
 
 # -- deletion and insertion -------------------------------------------------------------------

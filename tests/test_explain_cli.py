@@ -29,7 +29,8 @@ from guidedbp import Explainer
 from guidedbp.io.images import decode_image
 from guidedbp.io.inputs import output_stem
 from guidedbp.io.manifest import read_manifest
-from guidedbp.models.preprocess import fit, preprocess
+from guidedbp.models.preprocess import preprocess
+from guidedbp.models.resizing import fit
 from guidedbp.render import DEFAULT_TILE, PANEL_GAP, PANEL_MARGIN, RENDERS, render
 
 from .helpers import (

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from guidedbp.checks import faithfulness
+from guidedbp.checks import faithfulness, pixel_removal
 from guidedbp.checks.faithfulness import (
     GAMES,
     auc,
@@ -53,8 +53,9 @@ class Recorder:
 
 
 def test_module_examples():
-    result = doctest.testmod(faithfulness)
-    assert result.failed == 0 and result.attempted > 10
+    results = [doctest.testmod(module) for module in (faithfulness, pixel_removal)]
+    assert sum(result.failed for result in results) == 0
+    assert sum(result.attempted for result in results) > 10
 
 
 # -- helpers ------------------------------------------------------------------------------

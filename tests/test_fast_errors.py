@@ -177,7 +177,8 @@ def test_a_command_imports_only_its_own_module(here, args, commands):
                             timeout=120)
     shown = result.stdout.strip().splitlines()[-1]
     imported = {name.split(".")[2] for name in eval(shown)}  # noqa: S307 (our own print)
-    helpers = {"common", "numbers", "targets", "evaluate_output", "progress"}  # shared
+    helpers = {"flags", "exits", "process", "numbers", "target_options", "evaluate_output",
+               "progress"}  # shared
     assert imported - helpers == set(commands), result.stdout + result.stderr
     if args == ["--help"]:
         listed = [line.split()[0] for line in result.stdout.split("Commands:")[1].splitlines()

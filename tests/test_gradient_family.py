@@ -18,7 +18,8 @@ from guidedbp.engine import methods as registry
 from guidedbp.engine.options import STATISTIC_COPIES
 from guidedbp.io.images import decode_image
 from guidedbp.io.manifest import read_manifest
-from guidedbp.models.preprocess import fit, preprocess
+from guidedbp.models.preprocess import preprocess
+from guidedbp.models.resizing import fit
 
 from .helpers import run_cli
 from .vit_models import plain_vit

@@ -22,7 +22,8 @@ import pytest
 
 from guidedbp.errors import ArgumentError
 from guidedbp.pipeline.naming import target_slug
-from guidedbp.pipeline.targets import PlannedTarget, _check_unique, parse_target
+from guidedbp.pipeline.target_plan import PlannedTarget, _check_unique
+from guidedbp.pipeline.target_specs import parse_target
 from guidedbp.targets import Text
 
 from . import zoo

@@ -312,11 +312,11 @@ def test_pictures_are_written_in_the_background_and_failures_surface(run, tmp_pa
 
 def test_summaries_match_tensorboards_own_image_summary(tmp_path):
     """The hand-written format is what ``tf.summary.image`` (tensorboard's) writes."""
-    from guidedbp.keras import _write_image
+    from guidedbp.keras.summaries import write_image
 
     picture = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3) * 14
     for run_name, write in {
-        "ours": lambda: _write_image("map", picture, 4, "described"),
+        "ours": lambda: write_image("map", picture, 4, "described"),
         "theirs": lambda: tf.summary.image("map", picture[None], step=4),
     }.items():
         with tf.summary.create_file_writer(str(tmp_path / run_name)).as_default():

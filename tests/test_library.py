@@ -26,7 +26,7 @@ from guidedbp.engine.options import BASELINES, UPSAMPLING, MethodOptions
 from guidedbp.errors import ArgumentError, GuidedbpError
 from guidedbp.io.inputs import output_stem
 from guidedbp.io.manifest import read_manifest
-from guidedbp.models.preprocess import RESIZE_MODES
+from guidedbp.models.resizing import RESIZE_MODES
 from guidedbp.render import COLORMAPS
 from guidedbp.render.options import OUTPUT_SIZES
 
@@ -334,7 +334,7 @@ def test_the_cli_prints_a_warning_as_one_line(tmp_path):
 
 
 def test_library_messages_name_parameters_and_the_cli_translates():
-    from guidedbp.cli.common import as_flags
+    from guidedbp.cli.exits import as_flags
 
     command = click.Command("x", params=[click.Option(["--input-key"]),
                                          click.Option(["--weights"]),

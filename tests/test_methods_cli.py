@@ -13,7 +13,8 @@ from guidedbp.engine.methods import as_methods
 from guidedbp.io.images import decode_image
 from guidedbp.io.inputs import output_stem
 from guidedbp.io.manifest import read_manifest
-from guidedbp.models.preprocess import fit, preprocess
+from guidedbp.models.preprocess import preprocess
+from guidedbp.models.resizing import fit
 from guidedbp.render import PANEL_COLUMNS, PANEL_GAP, PANEL_MARGIN
 
 from .models import X4x4, cam_cnn

@@ -16,7 +16,7 @@ from guidedbp._numbers import decimal_number, whole_number
 from guidedbp.errors import ArgumentError
 from guidedbp.io.shard import ShardError, parse_shard
 from guidedbp.pipeline.options import ClassOptions, InputOptions
-from guidedbp.pipeline.targets import parse_target
+from guidedbp.pipeline.target_specs import parse_target
 
 from .helpers import run_cli
 

@@ -1,4 +1,5 @@
-"""Tests for guidedbp.models.preprocess: pixel modes, the Keras table, fit and Placement."""
+"""Tests for guidedbp.models.preprocess and guidedbp.models.resizing: pixel modes, the Keras
+table, fit and Placement."""
 
 from __future__ import annotations
 
@@ -12,16 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import guidedbp.models.preprocess as preprocess_module
+import guidedbp.models.resizing as resizing_module
 from guidedbp.models.preprocess import (
     KERAS_APPLICATIONS,
     PREPROCESS_MODES,
-    RESIZE_MODES,
     KerasApplication,
+    preprocess,
+)
+from guidedbp.models.resizing import (
+    RESIZE_MODES,
     Placement,
     draft_side,
     fit,
-    preprocess,
     resize_map,
     shown_size,
 )
@@ -392,7 +395,7 @@ def test_placement_invariants(original, size, mode):
 
 def test_resize_constant_map_stays_constant():
     saliency = np.full((3, 5, 3), 0.7, np.float32)
-    out = preprocess_module.resize_map(saliency, (17, 11))
+    out = resizing_module.resize_map(saliency, (17, 11))
     assert out.shape == (17, 11, 3) and out.dtype == np.float32
     assert np.all(out == np.float32(0.7))
 
@@ -409,35 +412,35 @@ def test_resize_2x2_to_4x4_known_values():
          [0.5, 0.75, 1.25, 1.5],
          [1.5, 1.75, 2.25, 2.5],
          [2.0, 2.25, 2.75, 3.0]], np.float32)
-    out = preprocess_module.resize_map(saliency, (4, 4))
+    out = resizing_module.resize_map(saliency, (4, 4))
     assert out.shape == (4, 4, 2) and out.dtype == np.float32
     np.testing.assert_allclose(out[:, :, 0], expected, rtol=0, atol=1e-6)
     np.testing.assert_allclose(out[:, :, 1], -10 * expected, rtol=0, atol=1e-5)
 
 
 def test_resize_is_height_first():
-    out = preprocess_module.resize_map(np.zeros((2, 2, 1), np.float32), (3, 8))
+    out = resizing_module.resize_map(np.zeros((2, 2, 1), np.float32), (3, 8))
     assert out.shape == (3, 8, 1)
 
 
 @pytest.mark.parametrize("size", [(0, 4), (4,), ("4", "4"), (True, 2), (2.0, 2), 4, (4, -1)])
 def test_resize_rejects_bad_size(size):
     with pytest.raises(ValueError, match="size"):
-        preprocess_module.resize_map(np.zeros((2, 2, 1), np.float32), size)
+        resizing_module.resize_map(np.zeros((2, 2, 1), np.float32), size)
 
 
 def test_resize_rejects_bad_map():
     with pytest.raises(ValueError, match="shape"):
-        preprocess_module.resize_map(np.zeros((2, 2), np.float32), (4, 4))
+        resizing_module.resize_map(np.zeros((2, 2), np.float32), (4, 4))
     with pytest.raises(ValueError, match="real"):
-        preprocess_module.resize_map(np.zeros((2, 2, 1), np.complex64), (4, 4))
+        resizing_module.resize_map(np.zeros((2, 2, 1), np.complex64), (4, 4))
 
 
 # --- maps of large originals: capped at MAX_SHOWN_SIDE ---------------------------------
 
 
 def test_shown_size_caps_the_longer_side_keeping_the_aspect():
-    assert preprocess_module.MAX_SHOWN_SIDE == 4096
+    assert resizing_module.MAX_SHOWN_SIDE == 4096
     assert shown_size((9000, 9000)) == (4096, 4096)
     assert shown_size((9000, 6000)) == (4096, 2731)
     assert shown_size((100, 9000)) == (46, 4096)

@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import pytest
 
-from guidedbp.render import colormap_lut, maps, render, render_column
+from guidedbp.render import colormap_lut, overlays, render, render_column, strips
 
 
 def reference_color(saliency: np.ndarray) -> np.ndarray:
@@ -110,7 +110,7 @@ def test_an_overlay_of_a_gray_picture_equals_its_formula():
 
 
 def test_the_blend_table_is_the_blend_of_every_pair():
-    table = maps._blend_table(0.35).reshape(256, 256)
+    table = overlays._blend_table(0.35).reshape(256, 256)
     image, heat = np.meshgrid(np.arange(256.0), np.arange(256.0), indexing="ij")
     expected = np.clip(np.floor((1 - 0.35) * image + 0.35 * heat + 0.5), 0, 255)
     np.testing.assert_array_equal(table, expected)
@@ -121,13 +121,13 @@ def test_the_standard_deviation_is_numpys_to_the_last_bit(shape):
     rng = np.random.default_rng(3)
     for scale in (1e-30, 1e-3, 1.0, 1e20):
         values = rng.normal(0.5, 1, shape) * scale
-        assert maps._std(values) == values.std()
+        assert strips.std(values) == values.std()
 
 
 def test_reused_work_arrays_give_the_bytes_of_fresh_ones(monkeypatch):
     drawn = [{name: render(name, saliency, np.zeros((*saliency.shape[:2], 3), np.uint8))
               for name in ("color", "gray", "overlay")} for saliency in maps_to_check()]
-    monkeypatch.setattr(maps, "KEPT_WORK_VALUES", 0)  # every work array fresh
+    monkeypatch.setattr(strips, "KEPT_WORK_VALUES", 0)  # every work array fresh
     for saliency, before in zip(maps_to_check(), drawn):
         for name, pixels in before.items():
             again = render(name, saliency, np.zeros((*saliency.shape[:2], 3), np.uint8))
@@ -168,11 +168,11 @@ def test_maps_in_strips_equal_the_whole_map_within_a_level(monkeypatch):
     saliency = rng.normal(0, 1e-3, (60, 50, 3)).astype(np.float32)
     image = rng.integers(0, 256, (60, 50, 3), dtype=np.uint8)
     whole = {name: render(name, saliency, image) for name in ("color", "gray", "overlay")}
-    monkeypatch.setattr(maps, "STRIP_VALUES", 50 * 3 * 7)  # strips of 7 rows
+    monkeypatch.setattr(strips, "STRIP_VALUES", 50 * 3 * 7)  # strips of 7 rows
     for name, pixels in whole.items():
-        strips = render(name, saliency, image)
+        in_strips = render(name, saliency, image)
         if name == "color":
-            assert np.abs(strips.astype(int) - pixels).max() <= 1
-            assert np.mean(strips == pixels) > 0.99
+            assert np.abs(in_strips.astype(int) - pixels).max() <= 1
+            assert np.mean(in_strips == pixels) > 0.99
         else:
-            np.testing.assert_array_equal(strips, pixels)
+            np.testing.assert_array_equal(in_strips, pixels)

@@ -203,7 +203,7 @@ def test_region_masks_from_a_prefix(bucket, tmp_path):
     """--mask-dir as a URL: an input's mask is found at its path below its INPUT prefix,
     and its digest is the file's."""
     from guidedbp.pipeline.masks import find_mask
-    from guidedbp.pipeline.targets import file_digest
+    from guidedbp.pipeline.target_plan import file_digest
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "cat.png").write_bytes(b"mask bytes")

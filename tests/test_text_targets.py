@@ -25,7 +25,7 @@ from guidedbp import Explainer, load_model
 from guidedbp.engine import explainer as engine
 from guidedbp.errors import ArgumentError
 from guidedbp.pipeline.naming import target_slug
-from guidedbp.pipeline.targets import parse_target
+from guidedbp.pipeline.target_specs import parse_target
 from guidedbp.targets import Text
 
 from . import activation_reference as activation_ref

@@ -27,7 +27,7 @@ Conventions and differences from Rong et al.'s code (``road/imputations.py``,
   of a batch at once, until the residual is below :data:`TOLERANCE` times the right-hand
   side's norm (well below a grey level for 0-255 pixels);
 - pixels are ranked by ``max_c |map|`` with ties in row-major order, as the deletion
-  game ranks them (:func:`guidedbp.checks.faithfulness.pixel_order`); LeRF takes that
+  game ranks them (:func:`guidedbp.checks.pixel_removal.pixel_order`); LeRF takes that
   ranking reversed; ``k`` pixels are ``floor(k * H * W)``;
 - the noise's standard deviation is a parameter in the pictures' units (Rong et al.:
   0.01 on ImageNet-normalised tensors, about 0.6 grey levels; ``guidedbp evaluate``:
@@ -47,7 +47,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from guidedbp.checks.faithfulness import pixel_order
 from guidedbp.checks.metrics_arrays import (
     Predict,
     as_classes,
@@ -56,6 +55,7 @@ from guidedbp.checks.metrics_arrays import (
     class_scores,
     seeded,
 )
+from guidedbp.checks.pixel_removal import pixel_order
 from guidedbp.curves import positive_int
 from guidedbp.errors import ArgumentError
 

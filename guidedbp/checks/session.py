@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from guidedbp.checks.check_target import BatchTargets, CheckTarget
 from guidedbp.checks.images import CheckImage
-from guidedbp.checks.targets import BatchTargets, CheckTarget
 
 
 @dataclass
@@ -36,7 +36,7 @@ class CheckSettings:
             resize, size, inputs), compared with a baseline's.
         diff_folder: Where the baseline check writes a diff picture (baseline |
             current | |difference|) of each drifted map; ``None``: none is written.
-        target: What every map explains (:func:`~guidedbp.checks.targets.plan_check_target`);
+        target: What every map explains (:func:`~guidedbp.checks.check_target.plan_check_target`);
             ``None``: each image's top class.
     """
 
@@ -237,7 +237,7 @@ def explain_each(explainer, pixels: list[np.ndarray], targets=None) -> tuple[lis
         explainer: An :class:`~guidedbp.engine.explainer.Explainer`.
         pixels: ``(H, W, C)`` images in the model's input space.
         targets: ``None`` (each image's top-1 class), one class per image, or a
-            :class:`~guidedbp.checks.targets.BatchTargets` (one target for them all).
+            :class:`~guidedbp.checks.check_target.BatchTargets` (one target for them all).
 
     Returns:
         ``(results, errors)``: per image an :class:`Explained` (or ``None``) and the

@@ -4,7 +4,7 @@ Heavy imports (TensorFlow, Keras) happen inside commands, so ``guidedbp --help``
 and ``guidedbp --version`` answer at once; each command's module is imported only when
 that command runs (or ``--help`` lists it), so ``guidedbp explain`` does not import what
 ``check`` and ``evaluate`` need. Ctrl-C at any moment prints
-``interrupted`` and exits 130 within 2 seconds (:class:`~guidedbp.cli.common.Command`).
+``interrupted`` and exits 130 within 2 seconds (:class:`~guidedbp.cli.process.Command`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import defaultdict
 import click
 
 from guidedbp import __version__
-from guidedbp.cli.common import Command
+from guidedbp.cli.process import Command
 from guidedbp.models.bundled import model_help
 
 #: What ``guidedbp --version`` reports beside itself: these import names' distributions.

@@ -11,17 +11,11 @@ import click
 
 from guidedbp._text import plural, shown_name
 from guidedbp.checks.suite import CHECK_NAMES, CHECKS, NEEDS_OPTION
-from guidedbp.cli.common import (
-    UsageFailure,
-    as_flags,
-    errors_handled,
-    import_tensorflow,
-    load_options,
-    model_options,
-    parse_comma_list,
-)
+from guidedbp.cli.exits import UsageFailure, as_flags, errors_handled
+from guidedbp.cli.flags import load_options, model_options, parse_comma_list
 from guidedbp.cli.numbers import Number, Whole
-from guidedbp.cli.targets import complete_target, parse_targets
+from guidedbp.cli.process import import_tensorflow
+from guidedbp.cli.target_options import complete_target, parse_targets
 from guidedbp.engine.options import MAX_BATCH_SIZE
 
 DEFAULT_MIN_SIMILARITY = 0.9
@@ -304,10 +298,10 @@ def _images(loaded, items, options):
 
 
 def _plan_target(loaded, images, options: dict):
-    """The run's :class:`~guidedbp.checks.targets.CheckTarget` (``None`` without
+    """The run's :class:`~guidedbp.checks.check_target.CheckTarget` (``None`` without
     --target and --model-output, but for a one-unit output with no sigmoid or softmax:
     unit:0); one line, exit 2, for one that cannot fit the model."""
-    from guidedbp.checks.targets import plan_check_target
+    from guidedbp.checks.check_target import plan_check_target
     from guidedbp.errors import ArgumentError
 
     decoded = [image.pixels.shape for image in images if image.pixels is not None]

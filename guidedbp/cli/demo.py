@@ -14,7 +14,9 @@ import sys
 
 import click
 
-from guidedbp.cli.common import UsageFailure, debug_option, errors_handled, import_tensorflow
+from guidedbp.cli.exits import UsageFailure, errors_handled
+from guidedbp.cli.flags import debug_option
+from guidedbp.cli.process import import_tensorflow
 
 #: What the demo writes: one comparison panel and one overlay per shape.
 DEMO_RENDERS = ("panel", "overlay")

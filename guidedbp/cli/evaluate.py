@@ -5,13 +5,9 @@ robustness, complexity, randomisation; :mod:`guidedbp.cli.evaluate_metrics`)."""
 
 from __future__ import annotations
 
-import functools
-import os
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import click
-import numpy as np
 
 from guidedbp._json import dumps as strict_json
 from guidedbp.checks.faithfulness import (
@@ -20,18 +16,14 @@ from guidedbp.checks.faithfulness import (
     DEFAULT_STEPS,
     GAMES,
     MAX_STEPS,
-    deletion_insertion,
-    join,
 )
 from guidedbp.checks.metrics_catalog import METRIC_NAMES
-from guidedbp.cli.common import (
+from guidedbp.cli.exits import UsageFailure, errors_handled
+from guidedbp.cli.flags import (
     FolderOrURL,
-    UsageFailure,
     batch_size_option,
     complete_comma_list,
-    errors_handled,
     guide_option,
-    import_tensorflow,
     load_options,
     model_options,
     parse_comma_list,
@@ -39,11 +31,9 @@ from guidedbp.cli.common import (
     precision_option,
 )
 from guidedbp.cli.numbers import Number, Whole
+from guidedbp.cli.process import import_tensorflow
 from guidedbp.cli.progress import Progress, show_progress
 from guidedbp.engine.methods import GRADIENT, METHODS, REGISTRY
-
-if TYPE_CHECKING:
-    from guidedbp.cli.evaluate_metrics import FamilyScores
 
 TOLERANCE = 15  # pixels, as in Zhang et al. (2016)
 #: Synthetic shapes at most (--shapes): each is drawn, held and explained.
@@ -234,10 +224,12 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
         settings = Settings(metrics, tolerance, steps, baseline, seed)
     if is_segmentation(loaded):
         refuse_for_segmentation(shapes, settings.games + settings.families, costs)
+    from guidedbp.cli.evaluate_samples import file_samples, synthetic_samples
+
     if shapes is not None:
-        samples = _synthetic(shapes, seed, distractors, explain_distractor)
+        samples = synthetic_samples(shapes, seed, distractors, explain_distractor)
     else:
-        samples = _from_files(images, masks, loaded.channels)
+        samples = file_samples(images, masks, loaded.channels)
     if plot_curves is not None:
         from guidedbp.cli.evaluate_output import check_figure_targets
 
@@ -248,6 +240,8 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
     explainer = Explainer(loaded, methods, batch_size=batch_size, guide=guide,
                           precision=precision,
                           progress=None if progress is None else progress.passes)
+    from guidedbp.cli.evaluate_scoring import Measured, measure, method_costs
+
     extra = {}
     if segmentation:
         from guidedbp.cli.evaluate_regions import measure_segmentation
@@ -279,7 +273,7 @@ def evaluate_command(model, images, masks, shapes, seed, distractors, explain_di
 
         result["scores"] = family_record(measured.families, measured.constant)
     if costs:
-        result["costs"] = _costs(loaded, samples, methods, batch_size, options, guide,
+        result["costs"] = method_costs(loaded, samples, methods, batch_size, options, guide,
                                  precision)
     result.update(not_scored(measured, samples, bool(settings.masked)))
     if plot_curves is not None:
@@ -303,25 +297,6 @@ def _print(result: dict, output_format: str) -> None:
         click.echo(format_csv(result), nl=False)
     else:
         click.echo(format_table(result, width=output_width()))
-
-
-# -- data ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One image to score: its picture, its object's mask (None without masks), its true
-    class (or None: the model's top-1), with distractors the other object's mask, where
-    its figures go below --plot-curves (None: its name), and with distractors the other
-    object's class."""
-
-    name: str
-    picture: np.ndarray
-    mask: np.ndarray | None
-    label: int | None = None
-    other_mask: np.ndarray | None = None
-    stem: str | None = None
-    other_label: int | None = None
 
 
 @dataclass(frozen=True)
@@ -348,192 +323,3 @@ class Settings:
     def families(self) -> tuple[str, ...]:
         """The metric families' metrics asked."""
         return tuple(m for m in self.metrics if m in METRIC_NAMES)
-
-
-@dataclass(frozen=True)
-class Measured:
-    """Every image's mask scores per method (empty lists without mask metrics; an image
-    whose mask has no pixel has none), each method's
-    :class:`~guidedbp.checks.faithfulness.Faithfulness` (none without games), the metric
-    families' scores (None when none was asked), per method whether each image's map is
-    constant (:func:`~guidedbp.checks.metrics_arrays.constant_maps`: no metric scores it)
-    and the names of the images whose mask has no pixel."""
-
-    scored: dict
-    faithfulness: dict
-    families: FamilyScores | None = None
-    constant: dict = field(default_factory=dict)
-    unmasked: list = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Scored:
-    """One map's localisation scores; a ``constant`` map's are not counted."""
-
-    target: int
-    hit: bool
-    energy: float
-    other_hit: bool | None
-    constant: bool = False
-
-
-def _synthetic(count: int, seed: int, distractors: bool, explain_distractor: bool = False):
-    """One :class:`Sample` per synthetic image."""
-    from guidedbp.demo import make_scenes
-
-    scenes = make_scenes(count, seed, distractors=distractors)
-    if explain_distractor:
-        return [Sample(f"shape{i}", scenes.images[i], scenes.distractor_masks[i],
-                       int(scenes.distractor_labels[i]), scenes.masks[i],
-                       other_label=int(scenes.labels[i])) for i in range(count)]
-    others = scenes.distractor_masks if distractors else [None] * count
-    return [Sample(f"shape{i}", scenes.images[i], scenes.masks[i], int(scenes.labels[i]),
-                   others[i], other_label=int(scenes.distractor_labels[i]) if distractors
-                   else None) for i in range(count)]
-
-
-def _from_files(inputs, mask_root: str | None, channels: int):
-    """One :class:`Sample` per image of ``inputs``, with its mask from ``mask_root`` (if
-    given)."""
-    from guidedbp.io import store
-    from guidedbp.io.images import IMAGE_EXTENSIONS, ImageError, decode_image
-    from guidedbp.io.inputs import collect_inputs
-
-    samples, missing = [], []
-    for item in collect_inputs(list(inputs)).items:
-        if mask_root is None:
-            try:
-                picture = decode_image(item.path, channels=channels)
-            except ImageError as error:
-                raise UsageFailure(str(error)) from None
-            samples.append(Sample(item.path, picture, None, stem=item.output_stem))
-            continue
-        stem = os.path.splitext(item.relative)[0]  # its path below the IMAGES folder
-        candidates = [os.path.join(mask_root, stem + ext)
-                      for ext in dict.fromkeys((".png", *IMAGE_EXTENSIONS))]
-        is_file = store.exists if store.is_url(mask_root) else os.path.isfile
-        mask_path = next((c for c in candidates if is_file(c)), None)
-        if mask_path is None:
-            missing.append(item.path)
-            continue
-        try:
-            picture = decode_image(item.path, channels=channels)
-            mask = decode_image(mask_path, channels=1)[..., 0] > 127
-        except ImageError as error:
-            raise UsageFailure(str(error)) from None
-        if mask.shape != picture.shape[:2]:
-            raise UsageFailure(f"{mask_path}: mask is {mask.shape[1]}x{mask.shape[0]}, "
-                               f"image is {picture.shape[1]}x{picture.shape[0]}")
-        samples.append(Sample(item.path, picture, mask, stem=item.output_stem))
-    if not samples and not missing:
-        raise UsageFailure(f"no images in {', '.join(inputs)}")
-    if missing:
-        raise UsageFailure(f"no mask in {mask_root} for {len(missing)} image(s): "
-                           + ", ".join(missing[:5]))
-    return samples
-
-
-# -- scoring ---------------------------------------------------------------------------
-
-
-COST_ROUNDS = 3  # timed runs per method for --costs
-
-
-def _costs(loaded, samples: list, methods, batch_size: int, options: dict,
-           guide: str | None = None, precision: str = "float32") -> dict:
-    """Each method's cost per image over guided's, each alone on the first batch."""
-    from guidedbp.api import Explainer
-    from guidedbp.checks.costs import relative_costs
-    from guidedbp.models.preprocess import prepare
-
-    chunk = samples[:batch_size]
-    inputs = np.stack([prepare(sample.picture, loaded.input_shape, loaded.preprocess,
-                               options.get("size"), options.get("resize", "stretch"))[2]
-                       for sample in chunk])
-    def explainer(name: str):
-        return Explainer(loaded, name, batch_size=batch_size, guide=guide,
-                         precision=precision)
-
-    ratios = relative_costs(explainer, inputs, methods, rounds=COST_ROUNDS)
-    return {"reference": "guided", "images": len(inputs), "rounds": COST_ROUNDS,
-            "relative": {name: round(value, 3) for name, value in ratios.items()}}
-
-
-
-def measure(loaded, explainer, samples: list, settings: Settings, options: dict,
-            progress: Progress | None = None) -> Measured:
-    """Explain the samples a batch at a time; score each map against its mask and play
-    the deletion and insertion games with it, as ``settings`` asks; ``progress`` advances
-    by each batch's images once they are measured. Each map is marked constant or not
-    (the records leave constant maps out of every score) and an image whose mask has no
-    pixel gets no mask score (it is named instead)."""
-    from guidedbp.checks.metrics_arrays import constant_maps
-    from guidedbp.cli.evaluate_metrics import FamilyScores
-    from guidedbp.demo.metrics import energy_inside, pointing_game
-    from guidedbp.models.preprocess import prepare
-    from guidedbp.models.preprocess import preprocess as pixels_to
-
-    scored: dict[str, list] = {m: [] for m in explainer.methods}
-    parts: dict[str, list] = {m: [] for m in explainer.methods}
-    constant: dict[str, list[bool]] = {m: [] for m in explainer.methods}
-    unmasked: list[str] = []
-    pixel_to_input = functools.partial(pixels_to, mode=loaded.preprocess)
-    families = FamilyScores(settings.families, settings.seed) if settings.families else None
-
-    def probabilities(inputs: np.ndarray) -> np.ndarray:
-        return explainer.predict(inputs)[1]
-
-    if progress is not None:
-        progress.begin(len(samples))
-    for start in range(0, len(samples), explainer.batch_size):
-        chunk = samples[start : start + explainer.batch_size]
-        prepared = [prepare(sample.picture, loaded.input_shape, loaded.preprocess,
-                            options.get("size"), options.get("resize", "stretch"))
-                    for sample in chunk]
-        shapes = {model_input.shape for _, _, model_input in prepared}
-        if len(shapes) > 1:  # a model with free dimensions takes each image at its size
-            raise UsageFailure("images of different sizes for a model of free size: give "
-                               "--size HxW")
-        inputs = np.stack([model_input for _, _, model_input in prepared])
-        truth = [sample.label for sample in chunk]
-        targets = None if any(t is None for t in truth) else np.array(truth, np.int32)
-        explanation = explainer.explain(inputs, targets)
-        if families is not None:
-            families.measure(explainer, explanation,
-                             np.stack([fitted for fitted, _, _ in prepared]).astype(np.float32),
-                             inputs, pixel_to_input)
-        if settings.masked:
-            unmasked += [sample.name for sample in chunk if not sample.mask.any()]
-        for method, maps in explanation.by_method.items():
-            flat = constant_maps(maps)  # as every metric reads it, at the model's input size
-            if settings.games:
-                parts[method].append(deletion_insertion(
-                    probabilities, [fitted for fitted, _, _ in prepared], maps,
-                    explanation.targets, steps=settings.steps, baseline=settings.baseline,
-                    pixel_to_input=pixel_to_input, batch_size=explainer.batch_size,
-                    which=settings.games))
-            for index, sample in enumerate(chunk if settings.masked else ()):
-                placement = prepared[index][1]
-                magnitude = np.abs(placement.to_original(maps[index], max_side=None)
-                                   ).max(axis=-1)[None]  # the mask's own size
-                # Constant here too where the map's contrast was all in the padding.
-                flat[index] |= bool(magnitude.max() == magnitude.min())
-                if not sample.mask.any():
-                    continue  # no pixel to point at: counted, not a miss
-                other = sample.other_mask
-                scored[method].append(Scored(
-                    target=int(explanation.targets[index]),
-                    hit=bool(pointing_game(magnitude, sample.mask[None], settings.tolerance)[0]),
-                    energy=float(energy_inside(magnitude, sample.mask[None])[0]),
-                    other_hit=None if other is None
-                    else bool(pointing_game(magnitude, other[None], settings.tolerance)[0]),
-                    constant=bool(flat[index]),
-                ))
-            constant[method] += flat.tolist()
-        if progress is not None:
-            for _ in chunk:
-                progress.advance()
-    if progress is not None:
-        progress.close()
-    faithfulness = {m: join(found) for m, found in parts.items() if found}
-    return Measured(scored, faithfulness, families, constant, unmasked)

@@ -7,7 +7,6 @@ import os
 
 import numpy as np
 
-from guidedbp.cli.common import UsageFailure
 from guidedbp.cli.evaluate_table import (
     WIDTH,
     TextColumn,
@@ -17,6 +16,7 @@ from guidedbp.cli.evaluate_table import (
     ranking_text,
     wrap,
 )
+from guidedbp.cli.exits import UsageFailure
 
 # -- figures ---------------------------------------------------------------------------
 

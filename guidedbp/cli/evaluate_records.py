@@ -8,7 +8,7 @@ leaves it out of its scores and means, and it is counted and named per method, w
 ``negligible-map`` caveat. An image whose mask has no pixel is left out of the mask
 metrics and named: it is not a miss.
 
-``measured`` below is a :class:`guidedbp.cli.evaluate.Measured`.
+``measured`` below is a :class:`guidedbp.cli.evaluate_scoring.Measured`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from guidedbp.cli.common import UsageFailure
+from guidedbp.cli.exits import UsageFailure
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,15 @@ import click
 
 from guidedbp._extras import install, needs
 from guidedbp._text import one_line, plural, shown_name
-from guidedbp.cli.common import (
+from guidedbp.cli.exits import UsageFailure, errors_handled
+from guidedbp.cli.flags import (
     Choice,
     FolderOrURL,
     GroupedCommand,
-    UsageFailure,
     batch_size_option,
     complete_comma_list,
     described_method_names,
-    errors_handled,
     field_option,
-    import_tensorflow,
     load_options,
     method_flags,
     model_options,
@@ -33,8 +31,9 @@ from guidedbp.cli.common import (
     parse_run_methods,
 )
 from guidedbp.cli.numbers import Number, Whole
+from guidedbp.cli.process import import_tensorflow
 from guidedbp.cli.progress import Progress, show_progress
-from guidedbp.cli.targets import (
+from guidedbp.cli.target_options import (
     DETECTIONS_HELP,
     TARGET_HELP,
     complete_target,

@@ -9,13 +9,9 @@ import click
 
 from guidedbp._json import dumps as strict_json
 from guidedbp._text import one_line, shown_name
-from guidedbp.cli.common import (
-    as_flags,
-    errors_handled,
-    import_tensorflow,
-    load_options,
-    model_options,
-)
+from guidedbp.cli.exits import as_flags, errors_handled
+from guidedbp.cli.flags import load_options, model_options
+from guidedbp.cli.process import import_tensorflow
 
 #: Class names listed in full up to this many; beyond, the first and last CLASS_ENDS.
 CLASS_LINES = 20

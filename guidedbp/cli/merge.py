@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from guidedbp._text import one_line, shown_name
-from guidedbp.cli.common import FolderOrURL, errors_handled
+from guidedbp.cli.exits import errors_handled
+from guidedbp.cli.flags import FolderOrURL
 
 
 @click.command("merge-manifests")

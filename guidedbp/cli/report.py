@@ -7,7 +7,8 @@ import os
 import click
 
 from guidedbp._text import shown_name
-from guidedbp.cli.common import FolderOrURL, errors_handled
+from guidedbp.cli.exits import errors_handled
+from guidedbp.cli.flags import FolderOrURL
 
 
 @click.command("report")

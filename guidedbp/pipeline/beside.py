@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from guidedbp.models.preprocess import resize_picture
+from guidedbp.models.resizing import resize_picture
 from guidedbp.pipeline.masks import reference_picture
 from guidedbp.render import MATCHED_BOX, Box
 
@@ -47,7 +47,7 @@ class Beside:
 def beside(plan, prepared, entry, planned, size: tuple[int, int]) -> Beside:
     """What the panels of ``entry`` (an :class:`~guidedbp.pipeline.stages.Explained` of
     ``prepared``, explaining ``planned``, a
-    :class:`~guidedbp.pipeline.targets.PlannedTarget` or ``None``) show beside its maps,
+    :class:`~guidedbp.pipeline.target_plan.PlannedTarget` or ``None``) show beside its maps,
     whose size is ``size`` (H, W)."""
     if planned is not None and planned.kind == "region" and entry.region is not None:
         return Beside(outline=region_on_picture(
@@ -80,7 +80,7 @@ def boxes_on_picture(detection: np.ndarray, placement, on_original: bool,
     a picture of ``size`` (H, W): the model's input, or where ``on_original`` the original
     (through ``placement``), scaled as a larger original's pictures are.
 
-    >>> from guidedbp.models.preprocess import fit
+    >>> from guidedbp.models.resizing import fit
     >>> _, placement = fit(np.zeros((20, 40, 3), np.uint8), (10, 10), "stretch")
     >>> found = np.array([0, 0, 5, 5, 5, 5, 10, 10, 0.1, 0.9])
     >>> [box.corners for box in boxes_on_picture(found, placement, True, (20, 40))]
@@ -104,7 +104,7 @@ def region_on_picture(cells: np.ndarray, mask: np.ndarray | None, placement,
     to the input by nearest neighbour; on the original, where ``on_original``, as
     ``placement`` puts the maps there (a pixel at least half inside is inside).
 
-    >>> from guidedbp.models.preprocess import fit
+    >>> from guidedbp.models.resizing import fit
     >>> _, placement = fit(np.zeros((8, 8, 3), np.uint8), (8, 8), "stretch")
     >>> cells = np.array([[True, False], [False, False]])
     >>> int(region_on_picture(cells, None, placement, False, (8, 8)).sum())  # 4x4 px a cell

@@ -7,7 +7,7 @@ one set of maps each, named ``STEM.det-1-circle.*`` (rank, then class name or in
 
 :func:`plan_detections` checks them against the detector before any input is read;
 :func:`input_boxes` maps an input's boxes through its resizing
-(:meth:`~guidedbp.models.preprocess.Placement.box_to_input`), failing that input alone
+(:meth:`~guidedbp.models.resizing.Placement.box_to_input`), failing that input alone
 when a box lies outside it; :func:`engine_box` and :func:`ranked` make what the engine
 explains and what the files and manifest name; :func:`describe_detection` and
 :func:`detection_record` say what was found.
@@ -29,7 +29,8 @@ from guidedbp._text import plural
 from guidedbp.errors import ArgumentError
 from guidedbp.models.labels import resolve_class
 from guidedbp.pipeline.boxes import Box, coordinate
-from guidedbp.pipeline.targets import ModelOutput, PlannedTarget, TargetPlan
+from guidedbp.pipeline.model_outputs import ModelOutput
+from guidedbp.pipeline.target_plan import PlannedTarget, TargetPlan
 from guidedbp.targets import Detection
 
 #: The longest file-name part of a box target (what an output name keeps room for).

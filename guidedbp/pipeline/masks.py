@@ -4,7 +4,7 @@ An input's mask lies in ``mask_dir`` at the input's path below its INPUT folder,
 any image extension: ``photos/a/cat.jpg`` found in the INPUT ``photos`` has its mask at
 ``MASK_DIR/a/cat.png`` (or ``.jpg``, ``.bmp``, ...). Nonzero pixels (in any channel) are
 inside the region. The mask is fitted to the model's input exactly as its image is
-(:class:`~guidedbp.models.preprocess.Placement`: the same stretch, crop or pad), by
+(:class:`~guidedbp.models.resizing.Placement`: the same stretch, crop or pad), by
 nearest neighbour, so that it stays a mask.
 """
 
@@ -19,7 +19,7 @@ from guidedbp.io import store
 from guidedbp.io.images import IMAGE_EXTENSIONS, ImageError, decode_image
 from guidedbp.io.inputs import InputItem
 from guidedbp.models.preprocess import prepare
-from guidedbp.pipeline.targets import file_digest
+from guidedbp.pipeline.target_plan import file_digest
 
 #: How far a mask's proportions may stray from its image's (rounding of resized masks).
 _ASPECT_TOLERANCE = 0.02
@@ -88,7 +88,7 @@ def fit_mask(mask: np.ndarray, placement) -> np.ndarray:
     resized to the scaled size by nearest neighbour (half-pixel centres), then the
     input's window taken, outside the image (padding) empty.
 
-    >>> from guidedbp.models.preprocess import fit
+    >>> from guidedbp.models.resizing import fit
     >>> _, placement = fit(np.zeros((2, 4, 3), np.uint8), (4, 4), "pad")
     >>> fit_mask(np.array([[1, 0, 0, 0], [1, 0, 0, 0]], bool), placement).astype(int)
     array([[0, 0, 0, 0],

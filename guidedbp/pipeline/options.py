@@ -28,8 +28,8 @@ from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError
 from guidedbp.figures import FIGURE_FORMATS
 from guidedbp.io.shard import manifest_name
-from guidedbp.models.preprocess import RESIZE_MODES
-from guidedbp.pipeline.targets import DETECTION_KINDS, parse_target
+from guidedbp.models.resizing import RESIZE_MODES
+from guidedbp.pipeline.target_specs import DETECTION_KINDS, parse_target
 from guidedbp.render.options import RenderOptions
 
 #: Where ``guidedbp explain`` writes when no OUT is given.
@@ -55,7 +55,7 @@ class ClassOptions:
             top-1 class (or the top ``top_k``). At most :data:`MAX_CLASSES`.
         top_k: Explain each image's ``top_k`` most probable classes, at most
             :data:`MAX_CLASSES`.
-        targets: Target specs (:func:`~guidedbp.pipeline.targets.parse_target`:
+        targets: Target specs (:func:`~guidedbp.pipeline.target_specs.parse_target`:
             ``class:C``, ``unit:I``, ``region:C``, ``similar:IMAGE``), as text or
             parsed; with ``classes``, at most :data:`MAX_CLASSES` in all. They share
             one forward pass.
@@ -161,7 +161,7 @@ class InputOptions:
         size: ``(H, W)`` for models with free spatial dimensions, each side at most
             :data:`MAX_SIDE`; ``None``: each image's own size.
         resize: How an image is fitted to the model's input size, one of
-            :data:`~guidedbp.models.preprocess.RESIZE_MODES`.
+            :data:`~guidedbp.models.resizing.RESIZE_MODES`.
         shard: ``(K, N)``: explain only shard K of N (a stable hash of each input's
             output name), writing ``manifest-K-of-N.jsonl``.
     """

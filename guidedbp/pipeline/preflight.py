@@ -26,7 +26,7 @@ from guidedbp.io.shard import select_shard
 from guidedbp.models.loading import check_model_path
 from guidedbp.pipeline.family import check_family
 from guidedbp.pipeline.options import DEFAULT_OUTPUT, RunOptions
-from guidedbp.pipeline.targets import DETECTION_KINDS
+from guidedbp.pipeline.target_specs import DETECTION_KINDS
 
 
 class NoImagesError(GuidedbpError):

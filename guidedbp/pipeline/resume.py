@@ -22,7 +22,7 @@ from guidedbp.io.write import is_own_png, is_whole_png
 from guidedbp.pipeline.detections import same_ranked
 from guidedbp.pipeline.masks import MaskError, find_mask
 from guidedbp.pipeline.stages import Plan, is_npy
-from guidedbp.pipeline.targets import file_digest, ranked_target
+from guidedbp.pipeline.target_plan import file_digest, ranked_target
 
 
 @dataclass

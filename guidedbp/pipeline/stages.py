@@ -24,13 +24,13 @@ from guidedbp.caveats import Caveat
 from guidedbp.io import source, store
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.io.inputs import InputItem
-from guidedbp.models.preprocess import draft_side, resize_picture
 from guidedbp.models.preprocess import prepare as fit_and_preprocess
+from guidedbp.models.resizing import draft_side, resize_picture
 from guidedbp.pipeline import detections
 from guidedbp.pipeline.masks import MaskError, find_mask, read_mask, reference_input
 from guidedbp.pipeline.naming import Naming
 from guidedbp.pipeline.options import RunOptions
-from guidedbp.pipeline.targets import PlannedTarget, TargetPlan
+from guidedbp.pipeline.target_plan import PlannedTarget, TargetPlan
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class Plan:
         layers: Each class activation map's layer, by method, from the explainer's report
             (``{"gradcam": "conv5_block3_out"}``, named as ``--layer`` takes it; empty
             without one): every record carries it, and the captions say it.
-        targets: The run's :class:`~guidedbp.pipeline.targets.TargetPlan` when it names
+        targets: The run's :class:`~guidedbp.pipeline.target_plan.TargetPlan` when it names
             targets or a model output; ``None`` for a plain class run.
         conditional: OUT is on a store that honours conditional writes (``If-None-Match:
             *``, found out by the run's lock): outputs are written by conditional PUTs,

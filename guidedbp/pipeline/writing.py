@@ -23,12 +23,12 @@ from guidedbp.figures import is_own_figure, is_whole_figure
 from guidedbp.io import source, store
 from guidedbp.io.inputs import InputItem
 from guidedbp.io.write import atomic_write_bytes, encode_npy, encode_png, is_own_png, is_whole_png
-from guidedbp.models.preprocess import resize_map, resize_picture
+from guidedbp.models.resizing import resize_map, resize_picture
 from guidedbp.pipeline import detections
 from guidedbp.pipeline.beside import Beside, beside
 from guidedbp.pipeline.naming import label_of
 from guidedbp.pipeline.stages import Explained, Plan, Prepared, is_npy
-from guidedbp.pipeline.targets import PlannedTarget, describe, ranked_target
+from guidedbp.pipeline.target_plan import PlannedTarget, describe, ranked_target
 from guidedbp.render import Column, render, render_column, render_panel
 
 

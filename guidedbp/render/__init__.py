@@ -4,8 +4,10 @@ Every function takes a saliency map of shape ``(H, W, 1)`` or ``(H, W, 3)``
 (and, for overlays and panels, the original ``uint8`` image of the same size)
 and returns a ``uint8`` array ready to save. The same input gives the same
 pixels on every run and machine. See :mod:`guidedbp.render.maps` for the
-renders, :mod:`guidedbp.render.columns` for renders by name and as panel columns with
-their scales, :mod:`guidedbp.render.panel` for panels and
+renders of the map alone, :mod:`guidedbp.render.overlays` for those over the image,
+:mod:`guidedbp.render.strips` for the float64 work in strips of rows that keeps
+their memory bounded, :mod:`guidedbp.render.columns` for renders by name and as panel
+columns with their scales, :mod:`guidedbp.render.panel` for panels and
 :mod:`guidedbp.render.colormaps` for the colormaps and their sources and
 licences.
 
@@ -34,10 +36,9 @@ from guidedbp.render.maps import (
     render_color,
     render_gray,
     render_heatmap,
-    render_overlay,
-    render_signed_overlay,
 )
 from guidedbp.render.marks import MATCHED_BOX, TARGET_BOX
+from guidedbp.render.overlays import render_overlay, render_signed_overlay
 from guidedbp.render.panel import (
     DEFAULT_TILE,
     MAX_TILE,

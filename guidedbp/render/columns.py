@@ -25,27 +25,29 @@ from guidedbp.render.colormaps import DEFAULT_COLORMAP, colormap_lut
 from guidedbp.render.maps import (
     DEFAULT_ALPHA,
     DEFAULT_CLIP,
-    NEGATIVE_COLOR,
-    POSITIVE_COLOR,
     RENDERS,
-    _blend,
     _check_alpha,
     _check_clip,
     _color_and_range,
     _gray_and_ceiling,
-    _signed_overlay_and_ceiling,
     render_color,
     render_gray,
     render_heatmap,
-    render_overlay,
 )
 from guidedbp.render.marks import _boxed
+from guidedbp.render.overlays import (
+    NEGATIVE_COLOR,
+    POSITIVE_COLOR,
+    _blend,
+    _signed_overlay_and_ceiling,
+    render_overlay,
+)
 from guidedbp.render.panel import DEFAULT_TILE, Column, Scale, as_rgb, render_panel
 
 __all__ = ["COLUMN_RENDERS", "color_scale", "render", "render_column", "signed_colors"]
 
 #: What :func:`render_column` draws: the renders but ``panel``, and ``signed-overlay``
-#: (:func:`~guidedbp.render.maps.render_signed_overlay`, for a comparison panel's coarse
+#: (:func:`~guidedbp.render.overlays.render_signed_overlay`, for a comparison panel's coarse
 #: signed maps).
 COLUMN_RENDERS = ("color", "gray", "heatmap", "overlay", "signed-overlay")
 
@@ -158,7 +160,7 @@ def render_column(
     a legend; for ``gray``, ``heatmap`` and ``overlay``, the ramp or colormap from 0 to
     the ``clip`` percentile of the magnitude (and above); for ``signed-overlay``, blue
     through white to red, from minus to plus the ``clip`` percentile of ``|v|``
-    (:func:`~guidedbp.render.maps.render_signed_overlay`), with a legend.
+    (:func:`~guidedbp.render.overlays.render_signed_overlay`), with a legend.
 
     Args:
         name: One of :data:`COLUMN_RENDERS`.

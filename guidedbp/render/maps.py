@@ -4,22 +4,23 @@ A saliency map here is a real array of shape ``(H, W, C)`` with ``C`` 1 or 3:
 the gradient of a class score with respect to the input pixels, as the engine
 returns it (float32). Renders that also show the photograph take the original
 image as ``uint8`` of shape ``(H, W, 3)``, ``(H, W, 1)`` or ``(H, W)`` and the
-SAME ``H`` and ``W``: resizing is the caller's job (``guidedbp.models.preprocess.resize_map``).
+SAME ``H`` and ``W``: resizing is the caller's job (``guidedbp.models.resizing.resize_map``).
 The one exception is a larger picture of the same aspect that scales down to the
 map's size exactly (maps of a large original are capped at
-``guidedbp.models.preprocess.MAX_SHOWN_SIDE``): it is reduced to the map's size first.
+``guidedbp.models.resizing.MAX_SHOWN_SIDE``): it is reduced to the map's size first.
 Every render returns ``uint8``, ``(H, W, 3)`` or ``(H, W)``, ready to save.
 Float to ``uint8`` conversions round to nearest with halves up
 (``floor(v * 255 + 0.5)``), so the same input gives the same bytes everywhere.
 
-Memory and speed: renders work in float64 on strips of rows (:data:`STRIP_VALUES`
-values at a time), in place in a work array per strip, so a large map costs its render
-and a float32 magnitude, not several float64 copies of itself. Maps up to that size are
-computed whole, as one strip. A thread keeps its two work arrays for its next render
-(up to :data:`KEPT_WORK_VALUES` values each). What float64 would not change is done in
-cheaper types: the magnitude of a float32 map in float32 (exact), the colormap and the
-blend as uint8 lookup tables built with the float64 formulas. Every pixel is what the
-formulas below give, in float64.
+Memory and speed: renders work in float64 on strips of rows
+(:data:`~guidedbp.render.strips.STRIP_VALUES` values at a time), in place in a work array
+per strip, so a large map costs its render and a float32 magnitude, not several float64
+copies of itself. Maps up to that size are computed whole, as one strip. A thread keeps
+its two work arrays for its next render (up to
+:data:`~guidedbp.render.strips.KEPT_WORK_VALUES` values each; :mod:`guidedbp.render.strips`).
+What float64 would not change is done in cheaper types: the magnitude of a float32 map in
+float32 (exact), the colormap and the blend as uint8 lookup tables built with the float64
+formulas. Every pixel is what the formulas below give, in float64.
 
 Renders (:data:`RENDERS`):
 
@@ -55,30 +56,28 @@ BSD-style, Battelle/PNNL; turbo: Apache-2.0, Google) is described in
 
 from __future__ import annotations
 
-import functools
 import math
-import threading
 
 import numpy as np
 
 from guidedbp.render.colormaps import DEFAULT_COLORMAP, colormap_lut
-from guidedbp.render.panel import as_rgb
+from guidedbp.render.strips import (
+    as_float64,
+    levels_in_place,
+    mean_std,
+    row_strips,
+    to_uint8,
+)
 
 __all__ = [
-    "STRIP_VALUES",
-    "KEPT_WORK_VALUES",
     "DEFAULT_ALPHA",
     "DEFAULT_CLIP",
     "DEFAULT_RENDERS",
     "RENDERS",
-    "NEGATIVE_COLOR",
-    "POSITIVE_COLOR",
     "magnitude",
     "render_color",
     "render_gray",
     "render_heatmap",
-    "render_overlay",
-    "render_signed_overlay",
 ]
 
 #: Every render name, in the order the CLI lists them.
@@ -90,72 +89,7 @@ DEFAULT_CLIP = 99.0
 #: Weight of the heatmap in an overlay.
 DEFAULT_ALPHA = 0.5
 
-#: Values rendered at a time: float64 work arrays stay near 16 MB whatever the map's size.
-STRIP_VALUES = 1 << 21
-#: Work arrays up to this many values (8 MB) are kept for the thread's next render.
-KEPT_WORK_VALUES = 1 << 20
-
-#: The signed overlay's colour of positive values (raising the score), and of negative
-#: ones: SHAP's red and blue (``shap.plots.colors.red_rgb``, ``blue_rgb``).
-POSITIVE_COLOR = (255, 0, 81)
-NEGATIVE_COLOR = (0, 139, 251)
-
 _COLOR_SCALE = 0.1  # one standard deviation becomes 0.1 of the intensity range
-
-
-def _to_uint8(values01: np.ndarray) -> np.ndarray:
-    """[0, 1] floats to uint8, round half up; callers have clipped already."""
-    return np.clip(np.floor(values01 * 255.0 + 0.5), 0, 255).astype(np.uint8)
-
-
-_kept = threading.local()  # this thread's work arrays, see _work_array
-
-
-def _work_array(slot: int, shape: tuple) -> np.ndarray:
-    """A float64 work array of ``shape`` (contents undefined), the thread's ``slot``-th.
-
-    Renders reuse their thread's two work arrays (up to :data:`KEPT_WORK_VALUES` values
-    each, 8 MB): a fresh array of that size costs the operating system more (its pages
-    mapped and zeroed, then given back) than the arithmetic done in it.
-    """
-    size = math.prod(shape)
-    if size > KEPT_WORK_VALUES:
-        return np.empty(shape, dtype=np.float64)
-    arrays = getattr(_kept, "arrays", None)
-    if arrays is None:
-        arrays = _kept.arrays = [np.empty(0), np.empty(0)]
-    if arrays[slot].size < size:
-        arrays[slot] = np.empty(size, dtype=np.float64)
-    return arrays[slot][:size].reshape(shape)
-
-
-def _as_float64(values: np.ndarray, slot: int) -> np.ndarray:
-    """``values.astype(np.float64)`` in the work array ``slot``."""
-    work = _work_array(slot, values.shape)
-    np.copyto(work, values, casting="unsafe")
-    return work
-
-
-def _std(centred: np.ndarray) -> np.floating:
-    """``centred.std()``: numpy's own steps (``numpy/_core/_methods.py``, ``_var``), with
-    its temporary in a work array."""
-    count = centred.size
-    mean = np.add.reduce(centred, axis=None, keepdims=True)
-    mean = np.true_divide(mean, count, out=mean, casting="unsafe", subok=False)
-    deviations = _work_array(1, centred.shape)
-    np.subtract(centred, mean, out=deviations)
-    np.multiply(deviations, deviations, out=deviations)
-    return np.sqrt(np.add.reduce(deviations, axis=None) / count)
-
-
-def _levels_in_place(values01: np.ndarray, out: np.ndarray) -> None:
-    """:func:`_to_uint8` of a float64 work array clipped to [0, 1], into the uint8 ``out``
-    (broadcast to its shape); ``values01`` is used up. The same operations, in place: a
-    fresh array per step cost more than the arithmetic."""
-    values01 *= 255.0
-    values01 += 0.5
-    np.floor(values01, out=values01)  # within [0, 255]: the cast is exact
-    out[...] = values01
 
 
 def _check_saliency(saliency: np.ndarray) -> np.ndarray:
@@ -172,13 +106,6 @@ def _check_saliency(saliency: np.ndarray) -> np.ndarray:
     if array.dtype.kind == "f" and not (np.isfinite(array.min()) and np.isfinite(array.max())):
         raise ValueError("saliency map must be finite, got NaN or infinite values")
     return array
-
-
-def _strips(shape: tuple) -> list[slice]:
-    """Row slices of about :data:`STRIP_VALUES` values each (one slice for a small map)."""
-    per_row = max(1, math.prod(shape[1:]))
-    step = max(1, STRIP_VALUES // per_row)
-    return [slice(top, top + step) for top in range(0, shape[0], step)]
 
 
 def _real_or_nan(value: object) -> float:
@@ -232,7 +159,7 @@ def _magnitude(values: np.ndarray, dtype) -> np.ndarray:
     """
     work = np.float32 if np.can_cast(values.dtype, np.float32, "safe") else np.float64
     out = np.empty(values.shape[:2], dtype=dtype)
-    for rows in _strips(values.shape):
+    for rows in row_strips(values.shape):
         strip = values[rows].astype(work, copy=False)
         largest = np.abs(strip[:, :, 0])
         if strip.shape[2] > 1:
@@ -256,7 +183,7 @@ def _gray_and_ceiling(saliency: np.ndarray, clip: float) -> tuple[np.ndarray, fl
     # Kept exact: float32 holds the magnitude of float32 (and smaller) maps exactly.
     exact = np.float32 if np.can_cast(values.dtype, np.float32, "safe") else np.float64
     magnitudes = _magnitude(values, exact)
-    ceiling = float(np.percentile(_as_float64(magnitudes, 0), clip, method="linear",
+    ceiling = float(np.percentile(as_float64(magnitudes, 0), clip, method="linear",
                                   overwrite_input=True))
     if ceiling <= 0.0:
         # A map that is zero above the clip percentile (very sparse) falls back to
@@ -264,38 +191,13 @@ def _gray_and_ceiling(saliency: np.ndarray, clip: float) -> tuple[np.ndarray, fl
         ceiling = float(magnitudes.max())
     gray = np.zeros(magnitudes.shape, dtype=np.uint8)
     if ceiling > 0.0:
-        for rows in _strips(magnitudes.shape):
-            work = _as_float64(magnitudes[rows], 0)
+        for rows in row_strips(magnitudes.shape):
+            work = as_float64(magnitudes[rows], 0)
             work /= ceiling
             np.clip(work, 0.0, 1.0, out=work)
-            _levels_in_place(work, gray[rows])
+            levels_in_place(work, gray[rows])
     return gray, max(ceiling, 0.0)
 
-
-def _mean_std(values: np.ndarray, strips: list[slice], factor: float = 1.0
-              ) -> tuple[float, float, np.ndarray | None]:
-    """The mean of ``values * factor`` and the standard deviation of its difference from
-    that mean, in float64; with one strip also that difference, ``values * factor -
-    mean`` (float64, the caller's to reuse), else ``None``.
-
-    One strip: numpy's own ``mean`` and ``std``. Several: the same sums, strip by strip.
-    """
-    def part(rows: slice) -> np.ndarray:
-        scaled = _as_float64(values[rows], 0)
-        scaled *= factor
-        return scaled
-
-    if len(strips) == 1:
-        centred = part(strips[0])
-        mean = centred.mean()
-        centred -= mean
-        return mean, _std(centred), centred
-    count = values.size
-    mean = sum(float(part(rows).sum()) for rows in strips) / count
-    # numpy's std of the centred values subtracts their own (almost zero) mean too.
-    centred_mean = sum(float((part(rows) - mean).sum()) for rows in strips) / count
-    squares = sum(float(np.square(part(rows) - mean - centred_mean).sum()) for rows in strips)
-    return mean, math.sqrt(squares / count), None
 
 
 def render_color(saliency: np.ndarray) -> np.ndarray:
@@ -330,7 +232,7 @@ def _color_and_range(saliency: np.ndarray) -> tuple[np.ndarray, tuple[float, flo
     """:func:`render_color` and the values shown as black, mid-gray and white: the mean
     minus, plus and plus five standard deviations (a constant map: its value thrice)."""
     values = _check_saliency(saliency)
-    strips = _strips(values.shape)
+    strips = row_strips(values.shape)
     rgb = np.empty((*values.shape[:2], 3), dtype=np.uint8)
     highest, lowest = float(values.max()), float(values.min())
     flat = highest == lowest
@@ -338,26 +240,26 @@ def _color_and_range(saliency: np.ndarray) -> tuple[np.ndarray, tuple[float, flo
         # No floor on the scale: a power of two (exact) brings the map near 1, so its
         # statistics neither underflow nor depend on its magnitude.
         unit = math.ldexp(1.0, -math.frexp(max(abs(highest), abs(lowest)))[1])
-        mean, std, centred = _mean_std(values, strips, unit)
+        mean, std, centred = mean_std(values, strips, unit)
         flat = not std > 0.0
     if flat:
         # A constant map has no contrast; without this a float rounding residue in
         # x - mean would be divided by a ~0 std and blow up to black or white.
-        rgb[...] = _to_uint8(np.float64(0.5))
+        rgb[...] = to_uint8(np.float64(0.5))
         value = float(values.flat[0])
         return rgb, (value, value, value)
     for rows in strips:
         if centred is not None:  # one strip: the statistics' own work array
             scaled = centred
         else:
-            scaled = _as_float64(values[rows], 0)
+            scaled = as_float64(values[rows], 0)
             scaled *= unit
             scaled -= mean
         scaled /= std
         scaled *= _COLOR_SCALE
         scaled += 0.5
         np.clip(scaled, 0.0, 1.0, out=scaled)
-        _levels_in_place(scaled, rgb[rows])  # one channel is broadcast to three
+        levels_in_place(scaled, rgb[rows])  # one channel is broadcast to three
     reach = 0.5 / _COLOR_SCALE * std  # from mid-gray to white
     return rgb, ((mean - reach) / unit, mean / unit, (mean + reach) / unit)
 
@@ -411,144 +313,3 @@ def render_heatmap(
     """
     table = colormap_lut(cmap)  # an unknown name fails before any work
     return np.take(table, _gray_levels(saliency, clip), axis=0)
-
-
-def render_overlay(
-    saliency: np.ndarray,
-    image: np.ndarray,
-    alpha: float = DEFAULT_ALPHA,
-    cmap: str = DEFAULT_COLORMAP,
-    clip: float = DEFAULT_CLIP,
-) -> np.ndarray:
-    """Blend the heatmap onto the original image.
-
-    ``out = floor((1 - alpha) * image + alpha * heatmap + 0.5)`` per channel.
-
-    Args:
-        saliency: Real array of shape ``(H, W, 1)`` or ``(H, W, 3)``.
-        image: ``uint8`` array of shape ``(H, W, 3)``, ``(H, W, 1)`` or ``(H, W)``,
-            the same ``H`` and ``W`` as ``saliency``; gray is repeated to RGB.
-        alpha: Heatmap weight in [0, 1]: 0 gives the image, 1 the heatmap.
-        cmap: A name from :func:`guidedbp.render.colormap_names`.
-        clip: Percentile in (0, 100] for the heatmap (see :func:`render_gray`).
-
-    Returns:
-        ``uint8`` array of shape ``(H, W, 3)``.
-
-    Raises:
-        ValueError: If ``image`` is not ``uint8``, has the wrong shape or a size
-            other than the map's, or an argument is out of range.
-
-    >>> saliency = np.array([[[0.0], [1.0]]])
-    >>> image = np.full((1, 2, 3), 100, np.uint8)
-    >>> render_overlay(saliency, image, alpha=0.5, cmap="gray", clip=100.0).tolist()
-    [[[50, 50, 50], [178, 178, 178]]]
-    """
-    alpha = _check_alpha(alpha)
-    return _blend(render_heatmap(saliency, cmap=cmap, clip=clip), image, alpha)
-
-
-def _blend(heat: np.ndarray, image: np.ndarray, alpha: float) -> np.ndarray:
-    """``image`` blended into the uint8 ``heat`` (H, W, 3), in place; returns ``heat``.
-
-    Each pixel value is ``floor((1 - alpha) * image + alpha * heat + 0.5)`` in float64,
-    looked up in :func:`_blend_table` (both operands are uint8: 65,536 pairs).
-    """
-    rgb = as_rgb(image, "image", heat.shape[:2])
-    if rgb.shape[:2] != heat.shape[:2]:
-        raise ValueError(
-            f"image has size {rgb.shape[0]}x{rgb.shape[1]} (H x W) but the saliency map "
-            f"has {heat.shape[0]}x{heat.shape[1]}; resize one to the other first")
-    table = _blend_table(alpha)
-    for rows in _strips(heat.shape):  # blended into the heatmap, strip by strip
-        pairs = rgb[rows].astype(np.uint16)
-        pairs <<= 8
-        pairs |= heat[rows]
-        np.take(table, pairs, out=heat[rows], mode="clip")  # "clip": no buffered copy
-    return heat
-
-
-@functools.lru_cache(maxsize=8)
-def _blend_table(alpha: float) -> np.ndarray:
-    """Every blend of two uint8 values, ``(1 - alpha) * image + alpha * heat`` rounded half
-    up, at index ``image * 256 + heat``: the float64 operations of a per-pixel blend, once
-    per pair."""
-    image = np.repeat(np.arange(256, dtype=np.float64), 256)
-    heat = np.tile(np.arange(256, dtype=np.float64), 256)
-    blended = (1.0 - alpha) * image
-    blended += alpha * heat
-    table = np.clip(np.floor(blended + 0.5), 0, 255).astype(np.uint8)
-    table.flags.writeable = False  # shared by every caller through the cache
-    return table
-
-
-def render_signed_overlay(
-    saliency: np.ndarray,
-    image: np.ndarray,
-    alpha: float = DEFAULT_ALPHA,
-    clip: float = DEFAULT_CLIP,
-) -> np.ndarray:
-    """Lay a signed map over the image: red where it is positive, blue where negative.
-
-    As SHAP draws attributions, over the image in grey (so that no colour of the photo
-    reads as a sign): the map's value ``v`` (summed over channels) becomes
-    ``t = clip(v / c, -1, 1)``, where ``c`` is the ``clip`` percentile of ``|v|`` (its
-    maximum if that is 0), and each channel of a pixel is ``floor((1 - w) * grey + w *
-    colour + 0.5)`` with ``grey = 0.299 R + 0.587 G + 0.114 B`` of the image,
-    ``w = alpha * |t|`` and ``colour`` :data:`POSITIVE_COLOR` or :data:`NEGATIVE_COLOR`.
-    Where the map is 0 the image shows (in grey), so a coarse map (occlusion,
-    KernelSHAP, LIME) reads as places on the photo, and its sign stays.
-
-    Args:
-        saliency: Real array of shape ``(H, W, 1)`` or ``(H, W, 3)``.
-        image: ``uint8`` picture of the same ``H`` and ``W`` (see :func:`render_overlay`).
-        alpha: The colour's weight where ``|v| >= c``, in [0, 1].
-        clip: Percentile in (0, 100] of ``|v|`` that gets the full weight.
-
-    Returns:
-        ``uint8`` array of shape ``(H, W, 3)``.
-
-    Raises:
-        ValueError: If ``image`` is not ``uint8``, has the wrong shape or a size other
-            than the map's, or an argument is out of range.
-
-    >>> saliency = np.array([[[2.0], [0.0], [-1.0]]])
-    >>> image = np.full((1, 3, 3), 100, np.uint8)
-    >>> render_signed_overlay(saliency, image, alpha=1.0, clip=100.0).tolist()
-    [[[255, 0, 81], [100, 100, 100], [50, 120, 176]]]
-    >>> render_signed_overlay(saliency, np.full((1, 3, 3), (200, 0, 0), np.uint8),
-    ...                       clip=100.0)[0, 1].tolist()  # red shows as its grey
-    [60, 60, 60]
-    """
-    return _signed_overlay_and_ceiling(saliency, image, alpha, clip)[0]
-
-
-def _signed_overlay_and_ceiling(saliency: np.ndarray, image: np.ndarray, alpha: float,
-                                clip: float) -> tuple[np.ndarray, float]:
-    """:func:`render_signed_overlay` and ``c``, the value given the full weight (0.0 for
-    an all-zero map)."""
-    alpha, clip = _check_alpha(alpha), _check_clip(clip)
-    values = _check_saliency(saliency)
-    rgb = as_rgb(image, "image", values.shape[:2])
-    if rgb.shape[:2] != values.shape[:2]:
-        raise ValueError(
-            f"image has size {rgb.shape[0]}x{rgb.shape[1]} (H x W) but the saliency map "
-            f"has {values.shape[0]}x{values.shape[1]}; resize one to the other first")
-    strips = _strips(values.shape)
-    magnitudes = np.empty(values.shape[:2])  # |v| in float64: one map, not its sums too
-    for rows in strips:
-        np.abs(values[rows].sum(axis=2, dtype=np.float64), out=magnitudes[rows])
-    ceiling = float(np.percentile(magnitudes, clip, method="linear"))
-    if ceiling <= 0.0:  # a sparse map: its maximum, as render_gray does
-        ceiling = float(magnitudes.max())
-    out = np.empty_like(rgb)
-    divisor = ceiling if ceiling > 0.0 else 1.0  # an all-zero map: the grey image
-    for rows in strips:
-        weight = np.minimum(magnitudes[rows] / divisor, 1.0)[:, :, np.newaxis] * alpha
-        positive = values[rows].sum(axis=2, dtype=np.float64)[:, :, np.newaxis] > 0
-        colour = np.where(positive, POSITIVE_COLOR, NEGATIVE_COLOR)
-        channels = rgb[rows].astype(np.float64)  # elementwise: the same sums on every CPU
-        grey = channels[:, :, 0] * 0.299 + channels[:, :, 1] * 0.587 + channels[:, :, 2] * 0.114
-        blended = grey[:, :, np.newaxis] * (1.0 - weight) + colour * weight
-        out[rows] = np.clip(np.floor(blended + 0.5), 0, 255)
-    return out, ceiling

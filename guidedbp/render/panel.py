@@ -91,7 +91,7 @@ def as_rgb(image: np.ndarray, what: str, size: tuple[int, int] | None = None) ->
     """Validate a uint8 picture of shape (H, W), (H, W, 1) or (H, W, 3); return (H, W, 3).
 
     With ``size``, a larger picture that scales down to exactly ``size`` (the same
-    aspect, rounded as ``guidedbp.models.preprocess.shown_size`` does: a picture above
+    aspect, rounded as ``guidedbp.models.resizing.shown_size`` does: a picture above
     the maps' size cap) is first reduced to it, bilinearly; any other size is returned
     as it is, for the caller to refuse.
     """

@@ -35,7 +35,7 @@ from guidedbp.checks.baseline import BaselineError, load_baseline, save_baseline
 from guidedbp.checks.expected import read_expectations
 from guidedbp.io.images import ImageError, decode_image
 from guidedbp.models.labels import load_labels
-from guidedbp.models.preprocess import MAX_SHOWN_SIDE
+from guidedbp.models.resizing import MAX_SHOWN_SIDE
 from guidedbp.render import render, render_overlay
 
 from ..helpers import no_hang, run_cli
@@ -364,7 +364,7 @@ def test_ctrl_c_during_start_up_exits_130_at_once(model, flat, tmp_path, entry, 
 _STUCK_SCRIPT = textwrap.dedent("""
     import signal, time
     import click
-    from guidedbp.cli.common import Command
+    from guidedbp.cli.process import Command
 
     @click.group(cls=Command)
     def main():
@@ -383,7 +383,7 @@ _STUCK_SCRIPT = textwrap.dedent("""
 
 
 def test_ctrl_c_ends_a_process_whose_main_thread_never_returns(tmp_path):
-    from guidedbp.cli.common import INTERRUPT_GRACE
+    from guidedbp.cli.process import INTERRUPT_GRACE
 
     assert INTERRUPT_GRACE < 2  # the README's "within 2 seconds" rests on it
     process = subprocess.Popen([sys.executable, "-c", _STUCK_SCRIPT], env=_environment(),

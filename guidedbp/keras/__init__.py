@@ -14,7 +14,8 @@ pictures happen on a background thread while the next epoch trains.
 The summaries are written with ``tf.summary.write`` in the format of TensorBoard's
 image plugin (``tensorboard/plugins/image/summary_v2.py``: a string tensor
 ``[width, height, png]`` and plugin ``"images"`` metadata), so training does not need
-the ``tensorboard`` package installed; only viewing them does.
+the ``tensorboard`` package installed; only viewing them does
+(:mod:`guidedbp.keras.summaries`).
 
 A client of the engine, the renderer and the writer, like the CLI. Importing this
 module imports Keras and TensorFlow.
@@ -41,8 +42,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import keras
 import numpy as np
-import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
 
 from guidedbp._text import layer_note, method_at_layer
 from guidedbp.engine import as_images
@@ -50,7 +49,7 @@ from guidedbp.engine import methods as registry
 from guidedbp.engine.explainer import Explainer, Explanation
 from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError
-from guidedbp.io.write import encode_png, save_png
+from guidedbp.keras.summaries import IMAGE_PLUGIN, StepWriter, describe_maps
 from guidedbp.render import (
     DEFAULT_ALPHA,
     DEFAULT_CLIP,
@@ -67,8 +66,6 @@ __all__ = ["DEFAULT_RUN", "IMAGE_PLUGIN", "SaliencyCallback"]
 
 #: The subfolder of ``log_dir`` the callback writes into: TensorBoard's run name.
 DEFAULT_RUN = "guidedbp"
-#: TensorBoard's image plugin name (``tensorboard/plugins/image/metadata.py``).
-IMAGE_PLUGIN = "images"
 
 
 class SaliencyCallback(keras.callbacks.Callback):
@@ -174,24 +171,11 @@ class SaliencyCallback(keras.callbacks.Callback):
         super().__init__()
         self.images = as_images(images)
         count = len(self.images)
-        self.methods = registry.as_methods(methods)
-        bound = [name for name in self.methods if registry.method(name).target is not None]
-        if bound:  # refused now, not after the first epoch's training
-            short = registry.method(bound[0]).title.split(":")[0]
-            raise ArgumentError(f"methods={bound[0]!r} ({short}) explains a detector's "
-                                "detections alone: SaliencyCallback explains classes")
-        if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, (int, np.integer)) \
-                or every_n_epochs < 1:
-            raise ArgumentError(f"every_n_epochs={every_n_epochs!r} must be an integer >= 1")
-        self.every_n_epochs = int(every_n_epochs)
+        self.methods = _as_methods(methods)
+        self.every_n_epochs = _as_every(every_n_epochs)
         self.classes = _as_classes(classes, count)
         self.pictures = _as_pictures(pictures, self.images.shape)
-        if render is not None and render not in RENDERS:
-            raise ArgumentError(f"render={render!r} is not one of {', '.join(RENDERS)}")
-        if render == "overlay" and self.pictures is None:
-            raise ArgumentError("render='overlay' draws on the pictures: give pictures=")
-        self.renders = {name: render or _default_render(name, self.pictures is not None)
-                        for name in self.methods}
+        self.renders = _as_renders(render, self.methods, self.pictures is not None)
         # RenderOptions checks the tile's range (None: no panel).
         self.style = RenderOptions(cmap=cmap, clip=clip, alpha=alpha,
                                    tile=DEFAULT_TILE if tile is None else tile).style
@@ -205,12 +189,13 @@ class SaliencyCallback(keras.callbacks.Callback):
         self.png_dir = None if png_dir is None else os.fspath(png_dir)
         self._pixel_to_input = options.pop("pixel_to_input", None)
         self._options = MethodOptions.of(None, batch_size=batch_size, **options)
-        self._index_width = max(2, len(str(count - 1)))
+        self._steps = StepWriter(self.log_dir, self.png_dir, count, self.pictures, self.renders,
+                                 {name: describe_maps(name, self.renders[name], tile,
+                                                      self.classes is not None)
+                                  for name in self.methods})
         self.explainer: Explainer | None = None
         self._layers: dict[str, str] = {}  # each class activation map's layer, by method
         self.last: Explanation | None = None
-        self._writer = None
-        self._pictures_logged = False
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future | None = None
 
@@ -235,9 +220,7 @@ class SaliencyCallback(keras.callbacks.Callback):
             if self._pool is not None:
                 self._pool.shutdown()
                 self._pool = None
-            if self._writer is not None:
-                self._writer.close()
-                self._writer = None
+            self._steps.close()
 
     # -- logging ----------------------------------------------------------------------------
 
@@ -297,25 +280,7 @@ class SaliencyCallback(keras.callbacks.Callback):
 
     def _publish(self, step: int, explanation: Explanation) -> None:
         """Draw one step's pictures and write them to TensorBoard and ``png_dir``."""
-        pictures = self.draw(explanation)
-        if self.log_dir is not None:
-            if self._writer is None:  # closed at the end of training; reopened for more
-                self._writer = tf.summary.create_file_writer(self.log_dir)
-            with self._writer.as_default():
-                if self.pictures is not None and not self._pictures_logged:
-                    for index, picture in enumerate(self.pictures):
-                        _write_image(f"picture/{self._image_name(index)}", picture, step,
-                                     "The picture explained, as given.")
-                    self._pictures_logged = True
-                for (name, index), picture in pictures.items():
-                    _write_image(f"{name}/{self._image_name(index)}", picture, step,
-                                 self._description(name))
-            self._writer.flush()
-        if self.png_dir is not None:
-            folder = os.path.join(self.png_dir, f"step-{step:04d}")
-            for (name, index), picture in pictures.items():
-                save_png(os.path.join(folder, f"{self._image_name(index)}.{name}."
-                                              f"{self.renders[name]}.png"), picture)
+        self._steps.write(step, self.draw(explanation))
 
     def draw(self, explanation: Explanation) -> dict[tuple[str, int], np.ndarray]:
         """The ``uint8`` picture of each method's map of each image, by ``(method, index)``:
@@ -355,18 +320,6 @@ class SaliencyCallback(keras.callbacks.Callback):
         named_class = f"{label} (class {target})" if label else f"class {target}"
         return f"{named_class} p={float(explanation.probabilities[index]):.3f}"
 
-    def _image_name(self, index: int) -> str:
-        return f"image-{index:0{self._index_width}d}"
-
-    def _description(self, name: str) -> str:
-        record = registry.method(name)
-        which = "each image's top-1 class at that epoch" if self.classes is None else \
-            "the given class"
-        panel = "" if self.tile is None else \
-            f" in a panel ({self.tile} px, with the class, its probability and a colorbar)"
-        return (f"{record.title} ({record.paper}) of {which}, drawn as "
-                f"'{self.renders[name]}'{panel}. Step: the epoch index (0-based).")
-
 
 # -- helpers ----------------------------------------------------------------------------------
 
@@ -377,18 +330,31 @@ def _default_render(name: str, has_pictures: bool) -> str:
     return "overlay" if has_pictures else "heatmap"
 
 
-def _write_image(tag: str, picture: np.ndarray, step: int, description: str) -> None:
-    """One picture as a TensorBoard image summary, the image plugin's format: a string
-    tensor ``[width, height, png]`` with plugin ``"images"`` metadata (its content, an
-    ``ImagePluginData`` with no field set, serialises to ``b""``)."""
-    height, width = picture.shape[:2]
-    tensor = tf.constant([str(width).encode(), str(height).encode(), encode_png(picture)])
-    metadata = summary_pb2.SummaryMetadata(
-        summary_description=description,
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=IMAGE_PLUGIN,
-                                                           content=b""),
-    )
-    tf.summary.write(tag, tensor, step=step, metadata=metadata)
+def _as_methods(methods) -> tuple[str, ...]:
+    names = registry.as_methods(methods)
+    bound = [name for name in names if registry.method(name).target is not None]
+    if bound:  # refused now, not after the first epoch's training
+        short = registry.method(bound[0]).title.split(":")[0]
+        raise ArgumentError(f"methods={bound[0]!r} ({short}) explains a detector's "
+                            "detections alone: SaliencyCallback explains classes")
+    return names
+
+
+def _as_every(every_n_epochs) -> int:
+    if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, (int, np.integer)) \
+            or every_n_epochs < 1:
+        raise ArgumentError(f"every_n_epochs={every_n_epochs!r} must be an integer >= 1")
+    return int(every_n_epochs)
+
+
+def _as_renders(render: str | None, methods: tuple[str, ...], has_pictures: bool
+                ) -> dict[str, str]:
+    """Each method's render: ``render`` for all, or each one's default."""
+    if render is not None and render not in RENDERS:
+        raise ArgumentError(f"render={render!r} is not one of {', '.join(RENDERS)}")
+    if render == "overlay" and not has_pictures:
+        raise ArgumentError("render='overlay' draws on the pictures: give pictures=")
+    return {name: render or _default_render(name, has_pictures) for name in methods}
 
 
 def _as_classes(classes, count: int) -> np.ndarray | None:

@@ -3,7 +3,7 @@
 By default every check explains each image's top class. With a target (``unit:I``,
 ``region:C``, ``similar:IMAGE``, ``class:C``) or a model output named, the spec is
 checked against the model's outputs as an explain run checks it
-(:func:`~guidedbp.pipeline.targets.plan_targets`) and becomes a :class:`CheckTarget`:
+(:func:`~guidedbp.pipeline.target_plan.plan_targets`) and becomes a :class:`CheckTarget`:
 the engine's form of the target, the words that name it (``region:circle (1,234 px)``,
 as manifests do), and an independent score of it for the literal reference chain.
 
@@ -22,14 +22,9 @@ import numpy as np
 
 from guidedbp import _outputs
 from guidedbp.models.outputs import model_outputs
+from guidedbp.pipeline.model_outputs import ModelOutput
 from guidedbp.pipeline.options import ClassOptions
-from guidedbp.pipeline.targets import (
-    ModelOutput,
-    PlannedTarget,
-    describe,
-    plan_targets,
-    ranked_target,
-)
+from guidedbp.pipeline.target_plan import PlannedTarget, describe, plan_targets, ranked_target
 
 __all__ = ["BatchTargets", "CheckTarget", "plan_check_target"]
 
@@ -157,7 +152,7 @@ def plan_check_target(loaded, spec, model_output, image_shape: tuple) -> CheckTa
 
     Args:
         loaded: The :class:`~guidedbp.models.loaded.LoadedModel`.
-        spec: A :class:`~guidedbp.pipeline.targets.TargetSpec` (or its text), or ``None``.
+        spec: A :class:`~guidedbp.pipeline.target_specs.TargetSpec` (or its text), or ``None``.
         model_output: An output's name or index, or ``None``.
         image_shape: ``(H, W, C)`` of the images (``None`` for free sides).
 

@@ -2,7 +2,7 @@
 
 The specs themselves (``class:C``, ``unit:I``, ``unit:I,J,K``, ``region:C``,
 ``similar:IMAGE``, ``text:PROMPT``, ``box:X0,Y0,X1,Y1[:C]``) are parsed by
-:func:`guidedbp.pipeline.targets.parse_target`, which explain runs share; this module
+:func:`guidedbp.pipeline.target_specs.parse_target`, which explain runs share; this module
 turns them into click's errors and help, for every command that takes them.
 
 >>> parse_target("region:circle").as_target().label
@@ -14,7 +14,7 @@ from __future__ import annotations
 import click
 
 from guidedbp.errors import ArgumentError
-from guidedbp.pipeline.targets import KINDS, TargetSpec, TargetSpecError, parse_target
+from guidedbp.pipeline.target_specs import KINDS, TargetSpec, TargetSpecError, parse_target
 
 __all__ = ["DETECTIONS_HELP", "KINDS", "TARGET_HELP", "TargetSpec", "complete_target",
            "parse_detections", "parse_target", "parse_targets"]

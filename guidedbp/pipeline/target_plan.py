@@ -1,22 +1,13 @@
-"""What an explain run explains beyond a class: target specs, checked against the model.
+"""A run's targets checked against the model and resolved: the plan every stage reads.
 
-A spec is text, as ``guidedbp explain --target`` takes it and the manifest records it::
+:func:`plan_targets` checks what a run's options ask of the model (its targets, parsed
+by :mod:`guidedbp.pipeline.target_specs`, and the output it reads, chosen by
+:mod:`guidedbp.pipeline.model_outputs`) before any input is read, and resolves them into
+a :class:`TargetPlan` of :class:`PlannedTarget` records; :func:`describe` names an
+explained target as panels, figures and the manifest show it.
 
-    class:C         class C, by index or name (the logit behind a softmax/sigmoid head)
-    unit:I          one raw output unit: a flat index, or I,J,K one index per output axis
-    region:C        class C's logits summed over a segmentation map's region of C
-    similar:IMAGE   cosine similarity of the output to IMAGE's (an embedding)
-    box:X0,Y0,X1,Y1[:C]  a detector's detection of that box (original image pixels), of
-                    class C (index or name; default: the class it is detected as)
-    text:PROMPT     a two-tower model's (CLIP, SigLIP) cosine similarity of the image's
-                    embedding to PROMPT's
-
-:func:`parse_target` turns one into a :class:`TargetSpec` (no TensorFlow, no model);
-:func:`plan_targets` checks a run's specs against the loaded model's outputs, before any
-input is read, and resolves them into a :class:`TargetPlan` that every stage reads.
-
->>> parse_target("unit:1, 2,0").text, parse_target("region:circle").value
-('unit:1,2,0', 'circle')
+>>> ranked_target(1, ["square", "circle"]).slug
+'1-circle'
 """
 
 from __future__ import annotations
@@ -26,196 +17,14 @@ import math
 import os
 from dataclasses import dataclass
 
-from guidedbp._numbers import whole_number
-from guidedbp._outputs import output_names
-from guidedbp._text import did_you_mean, not_text, plural
+from guidedbp._text import plural
 from guidedbp.errors import ArgumentError
 from guidedbp.io import store
 from guidedbp.models.labels import resolve_class
-from guidedbp.pipeline.boxes import BOX_FORM, Box, BoxSpecError, parse_box
+from guidedbp.pipeline.boxes import Box
+from guidedbp.pipeline.model_outputs import ModelOutput, select_output, shape_text
 from guidedbp.pipeline.naming import class_slug, target_slug
-
-#: The target kinds of a spec, in the order the help lists them.
-KINDS = ("class", "unit", "region", "similar", "box", "text")
-#: How each kind is written.
-FORMS = {"class": "class:C", "unit": "unit:I", "region": "region:C", "similar": "similar:IMAGE",
-         "box": BOX_FORM, "text": "text:PROMPT"}
-_EXPECTED = ("expected class:C, unit:I (or unit:I,J,K), region:C, similar:IMAGE, "
-             "box:X0,Y0,X1,Y1[:C] or text:PROMPT")
-#: The kinds that explain a detector's detection: a box given, or one found (ranked).
-DETECTION_KINDS = ("box", "detection")
-
-
-class TargetSpecError(ArgumentError):
-    """A target spec that does not parse: one line naming it and what was expected."""
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    """One parsed target spec.
-
-    Attributes:
-        kind: One of :data:`KINDS`.
-        value: A class or region class (an int index or a name), a unit (an int, or a
-            tuple of ints), a reference image's path as given, or a :class:`Box`.
-        text: The spec written back (``unit:1,2,0``): how manifests record it.
-    """
-
-    kind: str
-    value: int | str | tuple[int, ...] | Box
-    text: str
-
-    def as_target(self):
-        """This spec as :class:`guidedbp.Explainer` takes it: an int or a class name for
-        ``class:``, a :class:`~guidedbp.targets.Unit`, :class:`~guidedbp.targets.Region`
-        (index or name), :class:`~guidedbp.targets.Similarity` (the image file, which
-        the explainer decodes and stretches to the model's size) or
-        :class:`~guidedbp.targets.Detection` (its box in the pixels of the model's input:
-        ``guidedbp explain`` maps each file's box through its resizing).
-
-        >>> parse_target("unit:2").as_target().label
-        'unit:2'
-        >>> parse_target("box:1,2,5,6:0").as_target().label
-        'box:1,2,5,6:0'
-        """
-        from guidedbp.targets import Detection, Region, Similarity, Unit
-
-        if self.kind == "class":
-            return self.value
-        if self.kind == "unit":
-            return Unit(self.value)
-        if self.kind == "region":
-            return Region(self.value)
-        if self.kind == "box":
-            return Detection(self.value.corners, label=self.value.label)
-        if self.kind == "text":
-            from guidedbp.targets import Text
-
-            return Text(self.value)
-        return Similarity(self.value)
-
-
-def parse_target(text: str) -> TargetSpec:
-    """A target spec (``class:C``, ``unit:I``, ``unit:I,J,K``, ``region:C``,
-    ``similar:IMAGE``, ``box:X0,Y0,X1,Y1[:C]``) as a :class:`TargetSpec`.
-
-    Raises:
-        TargetSpecError: One line naming the spec, what was expected, and a close kind
-            for a misspelt one.
-
-    >>> parse_target("class:3"), parse_target("similar:refs/a.jpg").value
-    (TargetSpec(kind='class', value=3, text='class:3'), 'refs/a.jpg')
-    >>> parse_target("regoin:1")
-    Traceback (most recent call last):
-    ...
-    guidedbp.pipeline.targets.TargetSpecError: unknown target kind 'regoin' in 'regoin:1' \
-(did you mean 'region'?): expected class:C, unit:I (or unit:I,J,K), region:C, similar:IMAGE, \
-box:X0,Y0,X1,Y1[:C] or text:PROMPT
-    >>> parse_target("box:10, 20,40.5,60:circle").value
-    Box(corners=(10.0, 20.0, 40.5, 60.0), label='circle')
-    """
-    if isinstance(text, TargetSpec):
-        return text
-    if not isinstance(text, str):
-        raise TargetSpecError(f"target {text!r} is not a spec: {_EXPECTED}")
-    kind, colon, value = text.strip().partition(":")
-    kind = kind.strip().lower()
-    if not colon:
-        hint = f" (did you mean 'class:{kind}'?)" if whole_number(kind) is not None else ""
-        raise TargetSpecError(f"target {text!r} is not KIND:VALUE{hint}: {_EXPECTED}")
-    if kind not in KINDS:
-        hint = did_you_mean(kind, KINDS)
-        raise TargetSpecError(f"unknown target kind {kind!r} in {text!r}"
-                              + (f" ({hint})" if hint else "") + f": {_EXPECTED}")
-    value = value.strip() if kind != "similar" else value
-    if not value.strip():
-        raise TargetSpecError(f"target {text!r} names no {kind}: expected {FORMS[kind]}")
-    if kind == "text":  # a prompt as written, its outer spaces dropped
-        reason = not_text(value)
-        if reason is not None:
-            raise TargetSpecError(f"target {text!r} is no text: {reason}; give the "
-                                  "prompt in UTF-8")
-        return TargetSpec("text", value, f"text:{value}")
-    if kind == "box":
-        try:
-            box = parse_box(value)
-        except BoxSpecError as error:
-            raise TargetSpecError(f"target {text!r}{error.joined}{error}") from None
-        return TargetSpec("box", box, f"box:{box.text}")
-    if kind == "unit":
-        index = tuple(whole_number(part) for part in value.split(","))
-        if None in index:
-            raise TargetSpecError(
-                f"target {text!r}: a unit is a non-negative index (unit:2) or one index per "
-                "output axis (unit:4,7,1)")
-        unit = index[0] if len(index) == 1 else index
-        return TargetSpec("unit", unit, f"unit:{','.join(map(str, index))}")
-    if kind in ("class", "region"):
-        parsed = whole_number(value)
-        parsed = value if parsed is None else parsed
-        return TargetSpec(kind, parsed, f"{kind}:{parsed}")
-    return TargetSpec("similar", value, f"similar:{value}")
-
-
-# -- the model's outputs ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ModelOutput:
-    """One output of the model: its name, position and shape (``None`` for free axes)."""
-
-    name: str
-    index: int
-    shape: tuple
-
-    def __str__(self) -> str:
-        return f"{self.name!r} {_shape(self.shape)}"
-
-
-def _shape(shape: tuple) -> str:
-    return "(" + ", ".join(str(side) for side in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-def model_outputs(model, fallback_shape: tuple | None = None) -> tuple[ModelOutput, ...] | None:
-    """The outputs of a Keras model, by its ``outputs`` and ``output_names``; for any other
-    callable one output of ``fallback_shape`` (``None`` when that is not given)."""
-    try:
-        tensors = list(model.outputs)
-        shapes = [tuple(tensor.shape) for tensor in tensors]
-    except (AttributeError, TypeError, ValueError):
-        tensors = []
-    if not tensors:
-        if fallback_shape is None:
-            return None
-        return (ModelOutput("output", 0, tuple(fallback_shape)),)
-    names = output_names(model, tensors)  # the rule every room uses
-    return tuple(ModelOutput(name, index, shape)
-                 for index, (name, shape) in enumerate(zip(names, shapes)))
-
-
-def select_output(outputs: tuple[ModelOutput, ...], wanted) -> ModelOutput | None:
-    """The output ``wanted`` names (``None``: the only one, or ``None`` among several).
-
-    Raises:
-        ArgumentError: An unknown name or an index out of range, listing the outputs.
-    """
-    listed = ", ".join(map(str, outputs))
-    if wanted is None:
-        return outputs[0] if len(outputs) == 1 else None
-    if isinstance(wanted, str):
-        for output in outputs:
-            if output.name == wanted:
-                return output
-        hint = did_you_mean(wanted, [output.name for output in outputs])
-        raise ArgumentError(f"model_output={wanted!r} is not an output of the model"
-                            + (f" ({hint})" if hint else "") + f": its outputs are {listed}")
-    if not 0 <= wanted < len(outputs):
-        raise ArgumentError(f"model_output={wanted} is out of range: the model has "
-                            f"{plural(len(outputs), 'output')} ({listed})")
-    return outputs[wanted]
-
-
-# -- a run's targets, checked and resolved ---------------------------------------------
+from guidedbp.pipeline.target_specs import TargetSpec
 
 
 @dataclass(frozen=True)
@@ -223,7 +32,7 @@ class PlannedTarget:
     """One target of a run, resolved against the model (picklable).
 
     Attributes:
-        kind: One of :data:`KINDS`.
+        kind: One of :data:`~guidedbp.pipeline.target_specs.KINDS`.
         spec: The spec as manifests record it (``region:circle``).
         index: A class or region class index, a unit's flat index; ``None`` for
             similarities.
@@ -353,7 +162,7 @@ def plan_targets(options, outputs: tuple[ModelOutput, ...], labels, value: bool 
         raise ArgumentError(f"the model has {plural(len(outputs), 'output')} "
                             f"({', '.join(map(str, outputs))}): choose one with "
                             "model_output=NAME_OR_INDEX")
-    where = f"the model's output {chosen.name!r} has shape {_shape(chosen.shape)}"
+    where = f"the model's output {chosen.name!r} has shape {shape_text(chosen.shape)}"
     if value:  # one unit, no sigmoid or softmax head: its value is no class
         refused = (f"top_k={options.top_k}" if options.top_k else
                    next((f"classes={spec.value}" if spec.value in options.classes
@@ -443,7 +252,7 @@ def _count(side) -> int | None:
 def _resolve(spec: TargetSpec, output: ModelOutput, labels, classes: tuple) -> PlannedTarget:
     """One spec checked against ``output`` and resolved."""
     shape = output.shape
-    where = f"the model's output {output.name!r} has shape {_shape(shape)}"
+    where = f"the model's output {output.name!r} has shape {shape_text(shape)}"
     given = (f"classes={spec.value}" if spec.kind == "class" and spec.value in classes
              else f"targets={spec.text}")
     if spec.kind == "class":

@@ -40,20 +40,34 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import types
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-UPDATE_OPTION = "--guidedbp-update"
+from guidedbp.pytest_plugin.baselines import (
+    BASELINE_FORMAT,
+    RE_RECORD,
+    UPDATE_OPTION,
+    ComparedMap,
+    describe_image,
+    diff_picture,
+    read_baseline,
+    record_baseline,
+    replaced_baseline,
+    safe_name,
+    shown_path,
+    size_text,
+)
+from guidedbp.pytest_plugin.smoke import run_check
+
+__all__ = ["BASELINE_FORMAT", "DIFF_DIR_OPTION", "RECORDED_PROPERTY", "UPDATE_OPTION",
+           "SaliencyRegression", "assert_guided_differs_from_plain", "assert_matches_reference",
+           "assert_relu_coverage", "guidedbp_checks", "recorded_line", "saliency_regression"]
+
 DIFF_DIR_OPTION = "--guidedbp-diff-dir"
-#: Version of the baseline ``.json`` layout.
-BASELINE_FORMAT = 1
-_RE_RECORD = f"if the change is intended, re-record it with: pytest {UPDATE_OPTION}"
 #: The test property (``item.user_properties``) naming each baseline a test recorded.
 RECORDED_PROPERTY = "guidedbp-recorded"
 
@@ -125,7 +139,7 @@ def saliency_regression(request: pytest.FixtureRequest, tmp_path: Path) -> Salie
     def note(entry: dict) -> None:
         request.node.user_properties.append((RECORDED_PROPERTY, json.dumps(entry)))
 
-    return SaliencyRegression(module.parent / module.stem, _safe(request.node.name),
+    return SaliencyRegression(module.parent / module.stem, safe_name(request.node.name),
                               diff_folder, request.config.getoption(UPDATE_OPTION), note)
 
 
@@ -141,26 +155,6 @@ def guidedbp_checks() -> types.SimpleNamespace:
 
 
 # -- explanation regression ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Map:
-    """One explained image: what is stored and compared, and the words for messages."""
-
-    magnitude: object  # float32 (H, W) numpy array
-    target: int  # the class explained
-    predicted: int  # the model's top-1 class
-    labels: tuple | None
-
-    def label(self, index: int) -> str | None:
-        if self.labels is not None and 0 <= index < len(self.labels):
-            return str(self.labels[index])
-        return None
-
-    def name(self, index: int) -> str:
-        """``0 (circle)``, or ``0`` without class names."""
-        label = self.label(index)
-        return str(index) if label is None else f"{index} ({label})"
 
 
 class SaliencyRegression:
@@ -222,36 +216,36 @@ class SaliencyRegression:
             raise ValueError(f"threshold={threshold!r} must lie in [-1, 1]")
         name = self._claim(basename)
         npy, meta = self.folder / f"{name}.npy", self.folder / f"{name}.json"
-        shown = _describe(image)
+        shown = describe_image(image)
         if self.update or not (npy.exists() and meta.exists()):
             current = self._explain(model, image, method, target)
-            entry = _replaced(npy, meta, current)
-            _record(npy, meta, current, method, shown)
+            entry = replaced_baseline(npy, meta, current)
+            record_baseline(npy, meta, current, method, shown)
             if self.on_record is not None:
                 self.on_record(entry)
             if self.update:
                 return
             raise AssertionError(
-                f"no saliency baseline for {shown} ({method}) yet: recorded {_shown(npy)} "
+                f"no saliency baseline for {shown} ({method}) yet: recorded {shown_path(npy)} "
                 f"(class {current.name(current.target)}); check it in and run the test again")
-        stored, recorded = _read(npy, meta)
+        stored, recorded = read_baseline(npy, meta)
         if recorded.get("method") != method:
             raise AssertionError(
-                f"the baseline {_shown(meta)} was recorded with method "
+                f"the baseline {shown_path(meta)} was recorded with method "
                 f"{recorded.get('method')!r}, not {method!r}: give this check its own "
-                f"basename=, or {_RE_RECORD}")
+                f"basename=, or {RE_RECORD}")
         stored_class = int(recorded["class"])
         current = self._explain(model, image, method, stored_class if target is None else target)
         where = f"{shown} ({method}, class {current.name(current.target)})"
         if current.target != stored_class:
             raise AssertionError(
                 f"saliency map of {where} explains another class than its baseline "
-                f"{_shown(npy)}, which explained class {current.name(stored_class)}; "
-                f"{_RE_RECORD}")
+                f"{shown_path(npy)}, which explained class {current.name(stored_class)}; "
+                f"{RE_RECORD}")
         if current.magnitude.shape != stored.shape:
             raise AssertionError(
-                f"saliency map of {where} is {_size(current.magnitude)}, its baseline "
-                f"{_shown(npy)} {_size(stored)}; {_RE_RECORD}")
+                f"saliency map of {where} is {size_text(current.magnitude)}, its baseline "
+                f"{shown_path(npy)} {size_text(stored)}; {RE_RECORD}")
         similarity = map_similarity(stored[..., None], current.magnitude[..., None])
         moved = current.predicted != stored_class
         prediction = (f"the model now predicts class {current.name(current.predicted)}, not "
@@ -263,23 +257,23 @@ class SaliencyRegression:
             return
         lines = [f"saliency map of {where} differs from its baseline: Spearman similarity "
                  f"{similarity:.3f} < threshold {threshold:g}",
-                 f"baseline: {_shown(npy)}",
-                 _diff_picture(self.diff_folder / f"{name}-diff.png", stored, current,
+                 f"baseline: {shown_path(npy)}",
+                 diff_picture(self.diff_folder / f"{name}-diff.png", stored, current,
                                f"{shown}, {method}: Spearman {similarity:.3f} < {threshold:g}")]
         if moved:
             lines.append(prediction)
-        lines.append(_RE_RECORD)
+        lines.append(RE_RECORD)
         raise AssertionError("\n  ".join(lines))
 
     def _claim(self, basename: str | None) -> str:
-        name = self.test_name if basename is None else f"{self.test_name}-{_safe(basename)}"
+        name = self.test_name if basename is None else f"{self.test_name}-{safe_name(basename)}"
         if name in self._used:
             raise ValueError(f"this test already checked a map under the baseline {name!r}: "
                              f"give each check its own basename=")
         self._used.add(name)
         return name
 
-    def _explain(self, model, image, method: str, target) -> _Map:
+    def _explain(self, model, image, method: str, target) -> ComparedMap:
         import numpy as np
 
         from guidedbp.api import Explainer
@@ -297,7 +291,7 @@ class SaliencyRegression:
                              f"not method={method!r}")
         labels = explainer.labels
         if isinstance(image, (str, os.PathLike)):
-            from guidedbp.pipeline.run import explain_image
+            from guidedbp.pipeline.one_image import explain_image
 
             result = explain_image(explainer, image, target, methods=method)
             explanation, labels = result.explanation, result.labels
@@ -308,94 +302,9 @@ class SaliencyRegression:
                                  f"input space, got an array of shape {pixels.shape}")
             explanation = explainer.explain(pixels[None], target)
         values = magnitude(explanation.by_method[method][0]).astype(np.float32)
-        return _Map(values, int(explanation.targets[0]),
+        return ComparedMap(values, int(explanation.targets[0]),
                     int(np.argmax(explanation.class_probabilities[0])),
                     None if labels is None else tuple(labels))
-
-
-def _record(npy: Path, meta: Path, current: _Map, method: str, shown: str) -> None:
-    from guidedbp import __version__
-    from guidedbp.io.write import atomic_write_bytes, save_npy
-
-    save_npy(npy, current.magnitude)
-    document = {"format": BASELINE_FORMAT, "guidedbp_version": __version__, "method": method,
-                "class": current.target, "label": current.label(current.target),
-                "image": shown, "shape": list(current.magnitude.shape)}
-    atomic_write_bytes(meta, (json.dumps(document, indent=2) + "\n").encode())
-
-
-def _replaced(npy: Path, meta: Path, current: _Map) -> dict:
-    """What recording ``current`` at ``npy`` replaces (see ``on_record``)."""
-    from guidedbp.checks.stats import map_similarity
-
-    entry = {"baseline": _shown(npy), "class": current.name(current.target),
-             "existed": npy.exists() or meta.exists(), "old_class": None,
-             "old_shape": None, "old_similarity": None}
-    if not entry["existed"]:
-        return entry
-    try:
-        stored, document = _read(npy, meta)
-    except AssertionError:  # unreadable: nothing to compare
-        return entry
-    if int(document["class"]) != current.target:
-        entry["old_class"] = current.name(int(document["class"]))
-    if stored.shape != current.magnitude.shape:
-        entry["old_shape"] = _size(stored)
-    else:
-        similarity = float(map_similarity(stored[..., None], current.magnitude[..., None]))
-        entry["old_similarity"] = similarity if similarity == similarity else None  # NaN
-    return entry
-
-
-def _read(npy: Path, meta: Path):
-    import numpy as np
-
-    try:
-        document = json.loads(meta.read_text(encoding="utf-8"))
-        stored = np.load(npy, allow_pickle=False)
-        if document.get("format") != BASELINE_FORMAT or stored.ndim != 2:
-            raise ValueError(f"not a guidedbp saliency baseline of format {BASELINE_FORMAT}")
-        int(document["class"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise AssertionError(f"cannot read the saliency baseline {_shown(npy)}: {error}; "
-                             f"re-record it with: pytest {UPDATE_OPTION}") from None
-    return stored, document
-
-
-def _diff_picture(path: Path, stored, current: _Map, caption: str) -> str:
-    """Save baseline | current | |difference| and return the message's line about it."""
-    from guidedbp.io.write import save_png
-    from guidedbp.render.diff import DIFF_COLUMNS, render_difference
-
-    try:
-        save_png(path, render_difference(stored, current.magnitude, caption=caption,
-                                          explained=f"class {current.name(current.target)}"))
-    except (ValueError, OSError) as error:  # a NaN map cannot be drawn; say why
-        return f"no diff picture: {error}"
-    return f"diff picture ({DIFF_COLUMNS}): {_shown(path)}"
-
-
-def _safe(name: str) -> str:
-    """A test or base name as a file name: ``test_x[a-1]`` -> ``test_x_a_1_``."""
-    return re.sub(r"\W", "_", name)
-
-
-def _describe(image) -> str:
-    if isinstance(image, (str, os.PathLike)):
-        return os.fspath(image)
-    return f"an image array of shape {tuple(getattr(image, 'shape', ()))}"
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the working folder when it lies inside it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _size(values) -> str:
-    return "x".join(str(side) for side in values.shape)
 
 
 # -- the smoke checks of ``guidedbp check`` ----------------------------------------------------
@@ -420,7 +329,7 @@ def assert_relu_coverage(model, images=None, *, allow_plain=()) -> None:
     >>> assert_relu_coverage(keras_model_with_relus)  # doctest: +SKIP
     """
     __tracebackhide__ = True
-    result = _run(model, images, "relu-coverage")
+    result = run_check(model, images, "relu-coverage")
     allowed = {str(name).lower() for name in allow_plain}
     plain = sorted(set(result.data.get("plain_activations", {})) - allowed)
     if not result.failed and plain:
@@ -440,7 +349,7 @@ def assert_guided_differs_from_plain(model, images=None) -> None:
         AssertionError: With the guided-differs check's one-line reason.
     """
     __tracebackhide__ = True
-    _run(model, images, "guided-differs")
+    run_check(model, images, "guided-differs")
 
 
 def assert_matches_reference(model, images=None) -> None:
@@ -456,54 +365,4 @@ def assert_matches_reference(model, images=None) -> None:
             not apply (no ReLU to swap, or PReLU).
     """
     __tracebackhide__ = True
-    _run(model, images, "self-test")
-
-
-def _run(model, images, name: str):
-    """Run the ``loads`` check and check ``name``; the latter's result when both pass."""
-    __tracebackhide__ = True
-    from guidedbp.checks.results import PASS
-    from guidedbp.checks.session import CheckSession
-    from guidedbp.checks.suite import run_checks
-
-    loaded = _loaded(model)
-    session = CheckSession(loaded, _check_images(loaded, images))
-    for result in run_checks(session, ("loads", name)):
-        if result.status != PASS:
-            raise AssertionError(f"{result.name} check {_PAST[result.status]}: {result.detail}")
-    return result
-
-
-_PAST = {"fail": "failed", "skip": "skipped", "info": "gave no verdict"}
-
-
-def _loaded(model):
-    from guidedbp.api import Explainer
-    from guidedbp.models.loading import load_model
-
-    if isinstance(model, Explainer):
-        return model.loaded or load_model(model.model)
-    return load_model(model)
-
-
-def _check_images(loaded, images) -> list:
-    import numpy as np
-
-    from guidedbp.checks.images import CheckImage, generated_images, image_files
-
-    if images is None:
-        return generated_images(loaded.input_shape, loaded.preprocess)
-    if isinstance(images, (str, os.PathLike)):
-        images = [images]
-    if isinstance(images, (list, tuple)) and all(isinstance(i, (str, os.PathLike))
-                                                  for i in images):
-        from guidedbp.io.inputs import collect_inputs
-
-        items = collect_inputs([os.fspath(path) for path in images], unique_names=False).items
-        return image_files(items, loaded.input_shape, loaded.channels, loaded.preprocess)
-    pixels = np.asarray(images, dtype=np.float32)
-    if pixels.ndim != 4:
-        hint = ": add a batch axis: images[None]" if pixels.ndim == 3 else ""
-        raise ValueError(f"images must be an (N, H, W, C) array or image files, got an "
-                         f"array of shape {pixels.shape}{hint}")
-    return [CheckImage(f"images[{index}]", None, values) for index, values in enumerate(pixels)]
+    run_check(model, images, "self-test")
