@@ -926,7 +926,7 @@ PERTURBATION_TARGET = 20.0
 
 def method_costs(rounds: int = 3, batch: int = 16, only=None) -> None:
     from guidedbp import METHODS
-    from guidedbp.engine.methods import method
+    from guidedbp.engine.methods.registry import method
 
     keras.utils.set_random_seed(0)
     model = keras.applications.ResNet50(weights=None)
@@ -972,8 +972,8 @@ def blackbox_costs(rounds: int = 3, batch: int = 16, count: int = 2) -> None:
     relative to guided (on a batch of ``batch``), and its time over that of the same number
     of plain forward passes (``batch`` copies per pass, timed through the same forward
     function), interleaved rounds."""
-    from guidedbp.engine._blackbox import passes_per_image
-    from guidedbp.engine.methods import REGISTRY
+    from guidedbp.engine.methods.blackbox import passes_per_image
+    from guidedbp.engine.methods.registry import REGISTRY
 
     keras.utils.set_random_seed(0)
     model = keras.applications.ResNet50(weights=None)
@@ -1019,7 +1019,7 @@ def drise_costs(rounds: int = 3, batch: int = 64, count: int = 4, masks: int = 1
     import guidedbp
     from guidedbp.demo.detection_table import mask_box
     from guidedbp.demo.shapes import make_scenes
-    from guidedbp.engine._blackbox import grid_of, passes_per_image
+    from guidedbp.engine.methods.blackbox import grid_of, passes_per_image
     from guidedbp.targets import Detection
 
     model = guidedbp.load_model("demo-det").model

@@ -46,8 +46,8 @@ from tensorflow.core.framework import summary_pb2
 
 from guidedbp._text import layer_note, method_at_layer
 from guidedbp.engine import as_images
-from guidedbp.engine import methods as registry
 from guidedbp.engine.explainer import Explainer, Explanation
+from guidedbp.engine.methods import registry
 from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError
 from guidedbp.io.write import encode_png, save_png

@@ -28,7 +28,7 @@ import click
 from guidedbp._numbers import whole_number
 from guidedbp._text import did_you_mean, one_line
 from guidedbp.cli.numbers import Number, Whole
-from guidedbp.engine.methods import METHODS, as_methods
+from guidedbp.engine.methods.registry import METHODS, as_methods
 from guidedbp.engine.options import MAX_BATCH_SIZE, MethodOptions
 from guidedbp.errors import GuidedbpError
 from guidedbp.io.store import is_url

@@ -40,7 +40,7 @@ from guidedbp.cli.common import (
 )
 from guidedbp.cli.numbers import Number, Whole
 from guidedbp.cli.progress import Progress, show_progress
-from guidedbp.engine.methods import GRADIENT, METHODS, REGISTRY
+from guidedbp.engine.methods.registry import GRADIENT, METHODS, REGISTRY
 
 if TYPE_CHECKING:
     from guidedbp.cli.evaluate_metrics import FamilyScores

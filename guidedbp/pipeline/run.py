@@ -19,8 +19,8 @@ import numpy as np
 from guidedbp._text import did_you_mean, plural
 from guidedbp.api import Explainer
 from guidedbp.caveats import Caveat, unique
-from guidedbp.engine.detect import NotADetector
 from guidedbp.engine.explainer import Explanation
+from guidedbp.engine.targets.detect import NotADetector
 from guidedbp.errors import ArgumentError, GuidedbpError
 from guidedbp.io import store
 from guidedbp.io.images import decode_image
