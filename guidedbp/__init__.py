@@ -14,7 +14,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from guidedbp.engine.methods import METHODS  # the registry's names; no TensorFlow
+from guidedbp.engine.methods.registry import METHODS  # the registry's names; no TensorFlow
 
 _LAZY = {
     "Explainer": "guidedbp.api",

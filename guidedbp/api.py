@@ -20,7 +20,9 @@ from dataclasses import replace
 import numpy as np
 
 from guidedbp.engine import explainer as engine
-from guidedbp.engine.targets import Detection, Region, Similarity, Text, as_target
+from guidedbp.engine.targets.box_target import Detection
+from guidedbp.engine.targets.kinds import Region, Similarity, as_target
+from guidedbp.engine.targets.text import Text
 from guidedbp.errors import ArgumentError
 from guidedbp.io.images import decode_image
 from guidedbp.models.labels import resolve_class
@@ -172,7 +174,7 @@ class Explainer(engine.Explainer):
 
     def embedded(self, target: Text) -> Text:
         """``target`` with its prompts embedded by the model's text tower (each prompt
-        once per explainer) and the model's logit scale (:data:`~guidedbp.engine.targets.
+        once per explainer) and the model's logit scale (:data:`~guidedbp.engine.targets.kinds.
         DEFAULT_TEXT_SCALE` where it has none).
 
         Raises:

@@ -10,19 +10,12 @@ Pass one as ``target=`` to :class:`guidedbp.Explainer` (or several to
 the explainer or for one target. :class:`guidedbp.Explainer` also takes a class name
 for :class:`Region` and an image file for :class:`Similarity`, and embeds a
 :class:`Text` prompt with a two-tower model's text tower. The definitions are
-those of :mod:`guidedbp.engine.targets`; importing this module does not import
+those of :mod:`guidedbp.engine.targets.kinds`; importing this module does not import
 TensorFlow.
 """
 
-from guidedbp.engine.targets import (
-    Class,
-    Detection,
-    Region,
-    Score,
-    Similarity,
-    Target,
-    Text,
-    Unit,
-)
+from guidedbp.engine.targets.box_target import Detection
+from guidedbp.engine.targets.kinds import Class, Region, Score, Similarity, Target, Unit
+from guidedbp.engine.targets.text import Text
 
 __all__ = ["Class", "Detection", "Region", "Score", "Similarity", "Target", "Text", "Unit"]

@@ -93,6 +93,37 @@ MAY_IMPORT = {
 }
 
 
+#: The engine's sub-rooms (issue 40), top to bottom: each imports only the ones below it.
+#: The face coordinates (the explainer, the model as it traces it, the caveats it finds;
+#: the package's lazy names);
+#: the passes run the traced graph for each kind of method; the methods are records and
+#: their maths; the targets are what a user names and how a pass scores it; the graph is
+#: the traced ops (activations, layers, precision); the rules are the gradient rules'
+#: records and math; the base is what all of them read (options, input checks, results).
+#: A name ending in "." holds every module below it; the others name one module.
+ENGINE_ROOMS = {
+    "face": ("guidedbp.engine", "guidedbp.engine.explainer", "guidedbp.engine.traced_model",
+             "guidedbp.engine.found_caveats", "guidedbp.engine.payoff",
+             "guidedbp.engine.reference"),
+    "passes": ("guidedbp.engine.passes", "guidedbp.engine.passes."),
+    "methods": ("guidedbp.engine.methods", "guidedbp.engine.methods."),
+    "targets": ("guidedbp.engine.targets", "guidedbp.engine.targets."),
+    "graph": ("guidedbp.engine.graph", "guidedbp.engine.graph."),
+    "rules": ("guidedbp.engine.rules", "guidedbp.engine.rules."),
+    "base": ("guidedbp.engine.options", "guidedbp.engine.inputs", "guidedbp.engine.warn",
+             "guidedbp.engine.explanation"),
+}
+
+
+def engine_room(module: str) -> str | None:
+    """The engine sub-room holding ``module``, or None."""
+    for room, holds in ENGINE_ROOMS.items():
+        if any(module == held or (held.endswith(".") and module.startswith(held))
+               for held in holds):
+            return room
+    return None
+
+
 @dataclass(frozen=True)
 class Import:
     """One module or name imported: ``from target import name`` (``name`` None for an
@@ -403,6 +434,32 @@ def test_engine_imports_no_other_room(graph):
     found = leaks(graph, "guidedbp.engine", lambda module: under(module, NOT_FOR_ENGINE))
     assert not found, "the engine imports other rooms:\n" + "\n".join(
         describe(graph, path) for path in found)
+
+
+def test_every_engine_module_has_a_sub_room(graph):
+    homeless = [name for name in graph.files if under(name, ["guidedbp.engine"])
+                and engine_room(name) is None]
+    assert not homeless, f"engine modules in no sub-room of ENGINE_ROOMS: {', '.join(homeless)}"
+
+
+def test_engine_sub_rooms_import_only_the_ones_below(graph):
+    order = list(ENGINE_ROOMS)
+    found = []
+    for source, record in all_imports(graph, REPO / "guidedbp"):
+        if not under(source, ["guidedbp.engine"]) or not under(record.target,
+                                                                  ["guidedbp.engine"]):
+            continue
+        here, there = engine_room(source), engine_room(record.target)
+        if order.index(there) < order.index(here):
+            found.append(f"{graph.files[source].as_posix()}:{record.line}: {source} ({here}) "
+                         f"-> {record.target} ({there})")
+    assert not found, "imports up the engine's sub-rooms:\n" + "\n".join(dict.fromkeys(found))
+
+
+def test_no_module_is_over_450_lines(graph):
+    long = {name: lines for name, path in graph.files.items()
+            if (lines := (REPO / path).read_text().count("\n")) > 450}
+    assert not long, f"modules over 450 lines (split them by job): {long}"
 
 
 @pytest.mark.parametrize("room", ["guidedbp.render", "guidedbp.io", "guidedbp.figures"])

@@ -363,7 +363,8 @@ def test_cli_explains_with_rise_and_refuses_a_bad_value(cnn, tmp_path):
 def test_docstring_examples_run():
     import doctest
 
-    from guidedbp.engine import _blackbox, _superpixels
+    from guidedbp.engine.methods import blackbox as _blackbox
+    from guidedbp.engine.methods import superpixels as _superpixels
 
     assert doctest.testmod(_blackbox).failed == 0
     assert doctest.testmod(_superpixels).failed == 0

@@ -21,8 +21,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from guidedbp.engine import _blackbox, _copies, _regression
-from guidedbp.engine._superpixels import segments
+from guidedbp.engine.methods import blackbox as _blackbox
+from guidedbp.engine.methods import copies as _copies
+from guidedbp.engine.methods import regression as _regression
+from guidedbp.engine.methods.superpixels import segments
 
 FILL = np.array([0.25, -0.5, 1.0], np.float32)
 

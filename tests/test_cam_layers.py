@@ -295,7 +295,7 @@ def test_the_examples_in_the_docstrings():
     import doctest
 
     from guidedbp import _text
-    from guidedbp.engine import _scopes
+    from guidedbp.engine.graph import scopes as _scopes
 
     for module in (_scopes, _text):
         assert doctest.testmod(module).failed == 0, module.__name__

@@ -501,7 +501,7 @@ def test_suppression_keeps_what_the_demo_decoder_keeps():
     """The engine's per-class greedy suppression against the demo's, written apart, on
     random overlapping proposals of three classes."""
     from guidedbp.demo.detection import detections
-    from guidedbp.engine.detect import suppress
+    from guidedbp.engine.targets.detect import suppress
 
     rng = np.random.default_rng(4)
     for _ in range(20):
@@ -519,7 +519,7 @@ def test_the_examples_of_the_detection_modules_hold():
     import doctest
 
     from guidedbp.cli import inspect
-    from guidedbp.engine import detect
+    from guidedbp.engine.targets import detect
     from guidedbp.pipeline import beside, detections, options
     from guidedbp.render import marks
 

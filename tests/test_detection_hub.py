@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 import guidedbp
-from guidedbp.engine import _detections
+from guidedbp.engine.targets import proposals as _proposals
 from guidedbp.targets import Detection
 
 keras_hub = pytest.importorskip("keras_hub")
@@ -126,8 +126,8 @@ def _own_decoding(model, images: np.ndarray):
         own = keras.utils.bounding_boxes.convert_format(
             boxes, source=model.bounding_box_format, target="xyxy", height=height, width=width)
         own_probabilities = tf.sigmoid(scores) if caught.from_logits else scores
-        corners, probabilities, _ = _detections.proposals(model, raw,
-                                                          _detections.image_size(batch))
+        corners, probabilities, _ = _proposals.proposals(model, raw,
+                                                          _proposals.image_size(batch))
         return own, own_probabilities, corners, probabilities
 
     # The image's size fixed (RetinaNet's decode_predictions needs it as numbers).
@@ -143,8 +143,8 @@ def _own_decoding(model, images: np.ndarray):
 def _free_proposals(model, images: np.ndarray) -> list[np.ndarray]:
     """The proposals traced as the explainer traces a keras-hub detector: any size."""
     def proposals(batch):
-        return _detections.proposals(model, model(batch, training=False),
-                                     _detections.image_size(batch))[:2]
+        return _proposals.proposals(model, model(batch, training=False),
+                                     _proposals.image_size(batch))[:2]
 
     traced = tf.function(proposals, autograph=False, input_signature=[
         tf.TensorSpec((None, None, None, 3), tf.float32)])

@@ -221,7 +221,7 @@ def test_every_public_name_has_a_reference_entry():
         if name in ("targets", "plot", "checks"):  # public submodules
             module = value.__name__
         else:  # METHODS, a tuple, is the method registry's
-            module = "guidedbp.engine.methods" if name == "METHODS" else value.__module__
+            module = "guidedbp.engine.methods.registry" if name == "METHODS" else value.__module__
         if f"{module}.{name}" not in directives and module not in directives:
             missing.append(f"{name} ({module})")
     for dotted in ("guidedbp.keras.SaliencyCallback", "guidedbp.pytest_plugin"):

@@ -22,8 +22,8 @@ from PIL import Image
 
 import guidedbp
 from guidedbp import Explainer
-from guidedbp.engine import methods as registry
-from guidedbp.engine._blackbox import passes_per_image
+from guidedbp.engine.methods import registry
+from guidedbp.engine.methods.blackbox import passes_per_image
 from guidedbp.engine.options import BlackBoxOptions
 from guidedbp.errors import ArgumentError
 from guidedbp.io.manifest import read_manifest
@@ -195,7 +195,7 @@ def test_drise_is_rises_estimator_on_the_same_masks(detector, target):
     np.testing.assert_array_equal(both.by_method["drise"], both.by_method["rise"])
     options = BlackBoxOptions()
     assert [passes_per_image(name, options, 224, 224) for name in ("drise", "rise")] == [500, 100]
-    from guidedbp.engine._blackbox import grid_of
+    from guidedbp.engine.methods.blackbox import grid_of
 
     assert grid_of(options, "drise", 224, 224) == 16 and grid_of(options, "rise", 224, 224) == 7
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from guidedbp.engine import _gradcam, _runners
-from guidedbp.engine import methods as registry
 from guidedbp.engine.explainer import Explainer
+from guidedbp.engine.methods import cams as _cams
+from guidedbp.engine.methods import registry
+from guidedbp.engine.passes import dispatch as _dispatch
 
 from .models import cam_cnn
 
@@ -31,23 +32,23 @@ def test_every_record_names_a_known_runner_and_the_kinds_follow_from_it():
 
 
 def test_methods_are_grouped_by_runner_in_the_runners_order():
-    groups = _runners.by_runner(("occlusion", "integrated-gradients", "guided", "scorecam",
+    groups = _dispatch.by_runner(("occlusion", "integrated-gradients", "guided", "scorecam",
                                  "gradcam"))
     assert groups == {
         registry.GRADIENT: ("guided", "gradcam"),
         registry.PERTURBATION: ("occlusion", "scorecam"),
         registry.PATH_INTEGRATED: ("integrated-gradients",),
     }
-    assert _runners.by_runner(("vanilla",)) == {registry.GRADIENT: ("vanilla",)}
-    assert _runners.hands_out_features(("guided", "scorecam"))
-    assert not _runners.hands_out_features(("gradcam", "occlusion"))
+    assert _dispatch.by_runner(("vanilla",)) == {registry.GRADIENT: ("vanilla",)}
+    assert _dispatch.hands_out_features(("guided", "scorecam"))
+    assert not _dispatch.hands_out_features(("gradcam", "occlusion"))
 
 
 def test_a_new_class_activation_map_is_one_function_one_table_entry_and_one_record(monkeypatch):
     def doubled_gradcam_weights(feature_map, gradient):
         return 2.0 * tf.reduce_mean(gradient, axis=(1, 2), keepdims=True)
 
-    monkeypatch.setitem(_gradcam.WEIGHTINGS, "doubled", doubled_gradcam_weights)
+    monkeypatch.setitem(_cams.WEIGHTINGS, "doubled", doubled_gradcam_weights)
     record = dataclasses.replace(registry.method("gradcam"), name="doubled-gradcam",
                                  combine=lambda parts: parts.cam("doubled"))
     monkeypatch.setitem(registry.REGISTRY, record.name, record)
@@ -61,5 +62,5 @@ def test_a_new_class_activation_map_is_one_function_one_table_entry_and_one_reco
 
 def test_an_unknown_weighting_is_named():
     with pytest.raises(ValueError, match="weighting='nope' is not one of gradcam, gradcam"):
-        _gradcam.class_activation_map(tf.ones((1, 2, 2, 1)), tf.ones((1, 2, 2, 1)), "nope",
+        _cams.class_activation_map(tf.ones((1, 2, 2, 1)), tf.ones((1, 2, 2, 1)), "nope",
                                       (4, 4), "bilinear")

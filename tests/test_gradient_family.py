@@ -13,8 +13,8 @@ import tensorflow as tf
 from PIL import Image
 
 from guidedbp import Explainer
-from guidedbp.engine import _gradcam
-from guidedbp.engine import methods as registry
+from guidedbp.engine.methods import cams as _cams
+from guidedbp.engine.methods import registry
 from guidedbp.engine.options import STATISTIC_COPIES
 from guidedbp.io.images import decode_image
 from guidedbp.io.manifest import read_manifest
@@ -138,8 +138,8 @@ def test_each_method_is_one_record_with_its_runner_and_paper():
         record = registry.method(name)
         assert record.feature_map and not record.signed and record.options == ("gradcam",)
         assert record.runner == registry.GRADIENT
-    assert {"xgradcam", "hirescam"} <= set(_gradcam.WEIGHTINGS)
-    assert set(_gradcam.PROJECTIONS) == {"eigencam"}
+    assert {"xgradcam", "hirescam"} <= set(_cams.WEIGHTINGS)
+    assert set(_cams.PROJECTIONS) == {"eigencam"}
     with pytest.raises(ValueError, match="statistic='median'"):
         registry.Method("x", "x", "x", "plain", lambda parts: parts, statistic="median")
 
@@ -275,10 +275,10 @@ def test_eigencams_sign_follows_the_channel_sum():
         points = features.reshape(4, 2)
         expected = (points - points.mean(axis=0)) @ component
         assert (expected * points.sum(axis=1)).sum() > 0
-        projection = _gradcam.principal_component(tf.constant(features, tf.float32))
+        projection = _cams.principal_component(tf.constant(features, tf.float32))
         np.testing.assert_allclose(projection.numpy().reshape(4), expected, rtol=1e-5,
                                    atol=1e-6)
-        cam = _gradcam.class_activation_map(tf.constant(features, tf.float32), None,
+        cam = _cams.class_activation_map(tf.constant(features, tf.float32), None,
                                             "eigencam", (2, 2), "nearest")
         np.testing.assert_allclose(cam.numpy().reshape(4), relu(expected), rtol=1e-5,
                                    atol=1e-6)
@@ -287,7 +287,7 @@ def test_eigencams_sign_follows_the_channel_sum():
     # Random feature maps: every projection correlates positively with the channel sum,
     # whichever sign the SVD gave (numpy's, pytorch-grad-cam's, is the other for some).
     features = np.random.default_rng(6).normal(size=(40, 4, 4, 5))
-    projection = _gradcam.principal_component(tf.constant(features, tf.float32)).numpy()[..., 0]
+    projection = _cams.principal_component(tf.constant(features, tf.float32)).numpy()[..., 0]
     channel_sum = features.sum(axis=-1)
     correlation = (projection * (channel_sum - channel_sum.mean(axis=(1, 2), keepdims=True))
                    ).sum(axis=(1, 2))

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from guidedbp.engine.explainer import Explainer
-from guidedbp.engine.targets import Region, Unit
+from guidedbp.engine.targets.kinds import Region, Unit
 from guidedbp.errors import ModelLoadError
 from guidedbp.models.loading import load_model
 from guidedbp.models.outputs import OutputInfo

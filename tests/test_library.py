@@ -20,9 +20,9 @@ import tensorflow as tf
 import guidedbp
 from guidedbp import Explainer, NoReluWarning, RunOptions, explain_files, explain_image
 from guidedbp.cli.explain import explain_command
-from guidedbp.engine import _graph
-from guidedbp.engine.methods import REGISTRY, as_methods, method
+from guidedbp.engine.methods.registry import REGISTRY, as_methods, method
 from guidedbp.engine.options import BASELINES, UPSAMPLING, MethodOptions
+from guidedbp.engine.rules import relu as _relu
 from guidedbp.errors import ArgumentError, GuidedbpError
 from guidedbp.io.inputs import output_stem
 from guidedbp.io.manifest import read_manifest
@@ -205,7 +205,7 @@ def test_gradient_swaps_are_undone_after_an_error():
     relus = [op for op in _FailingGradient.graphs[-1].get_operations() if op.type == "Relu"]
     assert len(relus) == 1
     # The plain pass set the ReLU back to its own gradient; finally restored the guided one.
-    assert relus[0].get_attr("_gradient_op_type") == _graph.GUIDED_GRADIENT.encode()
+    assert relus[0].get_attr("_gradient_op_type") == _relu.GUIDED_GRADIENT.encode()
 
 
 def test_reports_are_kept_per_input_signature():

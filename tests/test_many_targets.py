@@ -3,7 +3,7 @@ few traces whatever K.
 
 A trace of K targets at once grew faster than K (0.7 s at K = 1, 118 s at K = 20), and
 every new K was traced again. Now a traced pass holds at most four columns
-(``guidedbp.engine._columns.traced_passes``): a column's many targets (an image's top-K
+(``guidedbp.engine.targets.columns.traced_passes``): a column's many targets (an image's top-K
 classes, its K detections) take ``ceil(K / 4)`` rows per image, so one to four columns of
 it are ever traced. Each test counts the traces and compares every map with the same
 target explained alone, or with the independent reference of
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from guidedbp import Explainer
-from guidedbp.engine._columns import TRACED_COLUMNS
+from guidedbp.engine.targets.columns import TRACED_COLUMNS
 from guidedbp.targets import Detection, Unit
 
 from . import targets_reference as ref

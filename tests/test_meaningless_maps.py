@@ -21,8 +21,8 @@ import pytest
 from PIL import Image
 
 from guidedbp.caveats import NEGLIGIBLE_MAP
-from guidedbp.engine import _averaging
 from guidedbp.engine.explainer import Explainer as EngineExplainer
+from guidedbp.engine.methods import averaging as _averaging
 
 from .helpers import run_cli, tinted_noise
 from .models import corner_cnn

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from guidedbp import Explainer
-from guidedbp.engine import _averaging
+from guidedbp.engine.methods import averaging as _averaging
 
 from .models import X4x4, cam_cnn
 

@@ -9,7 +9,7 @@ from PIL import Image
 
 from guidedbp import Explainer
 from guidedbp.cli import main
-from guidedbp.engine.methods import as_methods
+from guidedbp.engine.methods.registry import as_methods
 from guidedbp.io.images import decode_image
 from guidedbp.io.inputs import output_stem
 from guidedbp.io.manifest import read_manifest

@@ -398,7 +398,7 @@ def test_chained_relus_count_once_each_under_both_scopes(guide):
 def bfloat16_cpu(monkeypatch):
     """The hardware probe answers: a CPU with AVX512-BF16, no GPU, oneDNN on (the maps'
     values do not depend on how fast bfloat16 runs: TensorFlow emulates it elsewhere)."""
-    from guidedbp.engine import _precision
+    from guidedbp.engine.graph import precision as _precision
 
     monkeypatch.setattr(_precision, "gpu_capability", lambda: None)
     monkeypatch.setattr(_precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
@@ -476,7 +476,8 @@ def test_a_model_too_small_to_gain_is_warned_with_its_figure():
 
 @pytest.mark.usefixtures("bfloat16_cpu")
 def test_the_multiply_adds_are_counted_by_hand():
-    from guidedbp.engine import _payoff, _precision
+    from guidedbp.engine import payoff as _payoff
+    from guidedbp.engine.graph import precision as _precision
 
     from .test_precision import stem_cnn
 

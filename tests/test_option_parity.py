@@ -17,7 +17,7 @@ import pytest
 
 import guidedbp
 from guidedbp import Explainer, RunOptions, explain_files, explain_image
-from guidedbp.engine import _averaging
+from guidedbp.engine.methods import averaging as _averaging
 from guidedbp.errors import ArgumentError
 from guidedbp.io.inputs import output_stem
 from guidedbp.pipeline.options import IMAGE_OPTIONS
@@ -101,7 +101,7 @@ REFUSED = {"classes": (1,), "top_k": 2, "recursive": False, "shard": (0, 2),
 def bfloat16_probe(monkeypatch):
     """precision='mixed' runs on any CPU here: the hardware probe is told of AVX512-BF16
     (TensorFlow emulates bfloat16 without it); this module compares maps, not speed."""
-    from guidedbp.engine import _precision
+    from guidedbp.engine.graph import precision as _precision
 
     monkeypatch.setattr(_precision, "gpu_capability", lambda: None)
     monkeypatch.setattr(_precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
@@ -318,7 +318,7 @@ def test_smoothgrad_memory_does_not_grow_with_the_number_of_copies():
 
 def test_a_batch_that_cannot_fit_in_the_free_memory_is_refused_at_once(workspace, tmp_path,
                                                                        monkeypatch):
-    from guidedbp.engine import _inputs
+    from guidedbp.engine import inputs as _inputs
 
     # 16 images of 16x16x3: float32 images, gradients and one map each = 147456 bytes.
     monkeypatch.setattr(_inputs, "available_memory", lambda: 100_000)
@@ -341,7 +341,7 @@ def test_occlusion_positions_have_an_upper_bound(tmp_path):
     assert_one_line_error(result, "--patch 1, --stride 1 place the patch at 9216 positions on "
                                   "96x96 images", "above the upper bound of 4096")
     assert not (tmp_path / "o").exists()
-    from guidedbp.engine._perturbation import occlusion_geometry
+    from guidedbp.engine.methods.perturbation import occlusion_geometry
 
     assert occlusion_geometry(96, 96, 2, 2) == (2, 2)  # 48 x 48 = 2304 positions: allowed
     with pytest.raises(ArgumentError, match="4225 positions on 65x65 images"):

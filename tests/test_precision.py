@@ -20,7 +20,8 @@ import pytest
 from PIL import Image
 
 from guidedbp import Explainer
-from guidedbp.engine import _averaging, _precision
+from guidedbp.engine.graph import precision as _precision
+from guidedbp.engine.methods import averaging as _averaging
 from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError
 from guidedbp.pipeline.options import RunOptions

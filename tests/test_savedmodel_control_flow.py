@@ -120,12 +120,12 @@ def test_the_cli_explains_it(branchy, tmp_path):
 
 
 def test_the_rule_for_relus_in_functions_is_put_back_after_an_error():
-    from guidedbp.engine import _graph
+    from guidedbp.engine.rules import relu as _relu
 
-    with pytest.raises(RuntimeError), _graph.rule_in_functions("plain"):
-        assert _graph._rule_in_functions.get() == "plain"
+    with pytest.raises(RuntimeError), _relu.rule_in_functions("plain"):
+        assert _relu._rule_in_functions.get() == "plain"
         raise RuntimeError("in a tf.gradients call")
-    assert _graph._rule_in_functions.get() == "guided"
+    assert _relu._rule_in_functions.get() == "guided"
 
 
 def test_check_skips_the_self_test_it_cannot_do_and_passes_the_rest(branchy):

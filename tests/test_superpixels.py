@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from guidedbp import Explainer
-from guidedbp.engine._superpixels import slic_segments
+from guidedbp.engine.methods.superpixels import slic_segments
 
 from .helpers import run_cli
 

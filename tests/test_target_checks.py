@@ -37,7 +37,7 @@ import guidedbp
 from guidedbp.caveats import NON_FINITE_SCORE
 from guidedbp.engine.explainer import Explainer
 from guidedbp.engine.explanation import ValueOutputWarning
-from guidedbp.engine.methods import as_methods
+from guidedbp.engine.methods.registry import as_methods
 from guidedbp.errors import ArgumentError
 from guidedbp.targets import Class, Score, Similarity, Unit
 

@@ -28,8 +28,8 @@ def blackbox_costs(rounds: int = 3, batch: int = 16, count: int = 2) -> None:
     relative to guided (on a batch of ``batch``), and its time over that of the same number
     of plain forward passes (``batch`` copies per pass, timed through the same forward
     function), interleaved rounds."""
-    from guidedbp.engine._blackbox import passes_per_image
-    from guidedbp.engine.methods import REGISTRY
+    from guidedbp.engine.methods.blackbox import passes_per_image
+    from guidedbp.engine.methods.registry import REGISTRY
 
     keras.utils.set_random_seed(0)
     model = keras.applications.ResNet50(weights=None)

@@ -24,7 +24,7 @@ PERTURBATION_TARGET = 20.0
 
 def method_costs(rounds: int = 3, batch: int = 16, only=None) -> None:
     from guidedbp import METHODS
-    from guidedbp.engine.methods import method
+    from guidedbp.engine.methods.registry import method
 
     keras.utils.set_random_seed(0)
     model = keras.applications.ResNet50(weights=None)

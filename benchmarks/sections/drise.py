@@ -29,7 +29,7 @@ def drise_costs(rounds: int = 3, batch: int = 64, count: int = 4, masks: int = 1
     import guidedbp
     from guidedbp.demo.detection_table import mask_box
     from guidedbp.demo.shapes import make_scenes
-    from guidedbp.engine._blackbox import grid_of, passes_per_image
+    from guidedbp.engine.methods.blackbox import grid_of, passes_per_image
     from guidedbp.targets import Detection
 
     model = guidedbp.load_model("demo-det").model

@@ -33,7 +33,7 @@ from guidedbp.cli.flags import (
 from guidedbp.cli.numbers import Number, Whole
 from guidedbp.cli.process import import_tensorflow
 from guidedbp.cli.progress import Progress, show_progress
-from guidedbp.engine.methods import GRADIENT, METHODS, REGISTRY
+from guidedbp.engine.methods.registry import GRADIENT, METHODS, REGISTRY
 
 TOLERANCE = 15  # pixels, as in Zhang et al. (2016)
 #: Synthetic shapes at most (--shapes): each is drawn, held and explained.

@@ -40,7 +40,7 @@ from guidedbp.cli.target_options import (
     parse_detections,
     parse_targets,
 )
-from guidedbp.engine.methods import METHODS, REGISTRY
+from guidedbp.engine.methods.registry import METHODS, REGISTRY
 from guidedbp.engine.options import (
     BASELINES,
     MAX_SMOOTH,

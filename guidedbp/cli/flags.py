@@ -15,7 +15,7 @@ import click
 from guidedbp._numbers import whole_number
 from guidedbp._text import did_you_mean
 from guidedbp.cli.numbers import Number, Whole
-from guidedbp.engine.methods import METHODS, as_methods
+from guidedbp.engine.methods.registry import METHODS, as_methods
 from guidedbp.engine.options import MAX_BATCH_SIZE, MethodOptions
 from guidedbp.io.store import is_url
 from guidedbp.models.preprocess import PREPROCESS_MODES

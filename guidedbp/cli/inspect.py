@@ -155,7 +155,7 @@ def _detector(explainer, image_shape: tuple) -> dict | None:
     proposals and classes), or ``None`` for a model that is no detector."""
     import dataclasses
 
-    from guidedbp.engine.detect import NotADetector
+    from guidedbp.engine.targets.detect import NotADetector
 
     try:
         return dataclasses.asdict(explainer.detector(image_shape))

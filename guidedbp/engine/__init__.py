@@ -11,11 +11,11 @@ them that needs it is first read, so importing the package stays instant.
 from __future__ import annotations
 
 _LAZY = {
-    "as_images": "guidedbp.engine._inputs",
-    "RELU_OPS": "guidedbp.engine._graph",
-    "format_counts": "guidedbp.engine._graph",
-    "Report": "guidedbp.engine._graph",
-    "layer_choices": "guidedbp.engine._gradcam",
+    "as_images": "guidedbp.engine.inputs",
+    "RELU_OPS": "guidedbp.engine.rules.relu",
+    "format_counts": "guidedbp.engine.graph.report",
+    "Report": "guidedbp.engine.graph.report",
+    "layer_choices": "guidedbp.engine.graph.layers",
 }
 
 __all__ = sorted(_LAZY)

@@ -11,7 +11,7 @@ import numpy as np
 
 from guidedbp.caveats import Caveat
 
-__all__ = ["Explanation", "NoReluWarning", "ValueOutputWarning"]
+__all__ = ["Explanation", "NoReluWarning", "ValueOutputWarning", "explanations_of"]
 
 
 class NoReluWarning(UserWarning):
@@ -89,3 +89,23 @@ class Explanation:
     @property
     def methods(self) -> tuple[str, ...]:
         return tuple(self.by_method)
+
+
+def explanations_of(methods: tuple[str, ...], traced, maps: dict) -> list[Explanation]:
+    """One :class:`Explanation` per target column of a traced pass ``traced`` (a
+    :class:`~guidedbp.engine.passes.runners.Pass`), with ``maps`` (method -> ``(N, K,
+    ...)``) in the order of ``methods``."""
+    columns = traced.columns
+    return [
+        Explanation({m: maps[m][:, column] for m in methods if m in maps},
+                    traced.targets[:, column], traced.logits[:, column],
+                    traced.probabilities[:, column], traced.class_probabilities,
+                    target=columns.targets[column] if columns.targets else None,
+                    region_pixels=(columns.data[column].sum(axis=(1, 2)).astype(np.int64)
+                                   if columns.specs[column].kind == "region" else None),
+                    region_masks=(columns.data[column] != 0
+                                  if columns.specs[column].kind == "region" else None),
+                    detections=(columns.data[column][:, 4:]
+                                if columns.specs[column].kind == "detection" else None))
+        for column in range(traced.targets.shape[1])
+    ]

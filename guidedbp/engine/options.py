@@ -48,7 +48,7 @@ MAX_GRID = 64
 SEGMENTS = ("grid", "slic")
 #: Numeric precisions of the forward and backward passes: ``float32`` throughout, or
 #: ``mixed`` (bfloat16 or float16 where the hardware runs it fast, float32 where it matters:
-#: :mod:`guidedbp.engine._precision`).
+#: :mod:`guidedbp.engine.graph.precision`).
 PRECISIONS = ("float32", "mixed")
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from guidedbp.engine import _graph
+from guidedbp.engine.graph import ops as _ops
+from guidedbp.engine.rules import relu as _relu
 from guidedbp.errors import ArgumentError
 
 
@@ -45,13 +46,13 @@ def reference_saliency(model, images, target=None, method: str = "guided") -> np
     def chain(x, chosen):
         graph = tf.compat.v1.get_default_graph()
         output = model(x, training=False)
-        logits, head, _ = _graph.find_logits(output)
-        logits, _ = _graph.class_scores(logits, output, head)
+        logits, head, _ = _ops.find_logits(output)
+        logits, _ = _ops.class_scores(logits, output, head)
         chosen = tf.where(chosen < 0, tf.argmax(logits, axis=-1, output_type=tf.int32), chosen)
         score = tf.reduce_sum(tf.gather(logits, chosen, batch_dims=1))
 
         forward_ops = graph.get_operations()
-        relus = [op for op in forward_ops if op.type in _graph.RELU_OPS]
+        relus = [op for op in forward_ops if op.type in _relu.RELU_OPS]
         gates = [op.outputs[0] for op in relus]
         if method == "vanilla":
             return tf.gradients(score, x, unconnected_gradients="zero")[0]
@@ -76,9 +77,9 @@ def reference_saliency(model, images, target=None, method: str = "guided") -> np
         # Creation order is a topological order; walk it backwards so that every
         # ReLU downstream of this one has already sent its gradient down.
         for op in reversed(relus):
-            thresholded = _graph.threshold(gradient_at(op.outputs[0]))
+            thresholded = _relu.threshold(gradient_at(op.outputs[0]))
             if method == "guided":
-                sent_down[op.name] = _graph.relu_backward(op.type, thresholded, op.outputs[0])
+                sent_down[op.name] = _relu.relu_backward(op.type, thresholded, op.outputs[0])
             else:  # deconvnet: no forward mask
                 sent_down[op.name] = thresholded
         return gradient_at(x)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from guidedbp.engine.methods import method
+from guidedbp.engine.methods.registry import method
 from guidedbp.errors import ArgumentError
 from guidedbp.figures.common import FONT_SIZE, freeze_layout, positive, require_matplotlib
 from guidedbp.render.colormaps import COLORMAPS, DEFAULT_COLORMAP, colormap_lut

@@ -8,7 +8,7 @@ Every record an explain run writes says what made its maps::
 ``model`` is the model as the run named it (a path, ``keras:NAME``...), for people: it is
 not compared. ``weights`` is the model's content digest
 (:mod:`guidedbp.models.digest`), ``maths`` the version of the methods' maths
-(:data:`guidedbp.engine.methods.MATHS_VERSION`), ``options`` a digest of every option
+(:data:`guidedbp.engine.methods.registry.MATHS_VERSION`), ``options`` a digest of every option
 that changes a map, ``render`` one of every option that changes a picture of it and
 ``drawing`` the version of how pictures are drawn
 (:data:`guidedbp.render.DRAWING_VERSION`; :mod:`guidedbp.pipeline.fingerprint` builds

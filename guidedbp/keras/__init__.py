@@ -45,8 +45,8 @@ import numpy as np
 
 from guidedbp._text import layer_note, method_at_layer
 from guidedbp.engine import as_images
-from guidedbp.engine import methods as registry
 from guidedbp.engine.explainer import Explainer, Explanation
+from guidedbp.engine.methods import registry
 from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError
 from guidedbp.keras.summaries import IMAGE_PLUGIN, StepWriter, describe_maps

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from guidedbp.engine import methods as registry
+from guidedbp.engine.methods import registry
 from guidedbp.io.write import encode_png, save_png
 
 __all__ = ["IMAGE_PLUGIN", "StepWriter", "describe_maps", "write_image"]

@@ -81,7 +81,7 @@ def plan_detections(options, outputs: tuple[ModelOutput, ...], labels, detector,
         outputs: The model's outputs (what the message lists for a model that is no
             detector).
         labels: The class names, or ``None``.
-        detector: The engine's :class:`~guidedbp.engine.detect.DetectorInfo`, or ``None``
+        detector: The engine's :class:`~guidedbp.engine.targets.detect.DetectorInfo`, or ``None``
             for a model that is no detector.
         reason: Why it is none, from the engine.
 
@@ -183,14 +183,14 @@ def engine_box(target: PlannedTarget, boxes: np.ndarray, plan: TargetPlan) -> Sp
 
 def engine_ranked(found, rank: int, plan: TargetPlan) -> SpecDetection:
     """What the engine explains for an image's ``rank``-th detection (``found``, one
-    image's :class:`~guidedbp.engine.detect.Detected`): its box and class."""
+    image's :class:`~guidedbp.engine.targets.detect.Detected`): its box and class."""
     row = rank - 1
     return SpecDetection(found.boxes[row], f"det:{rank}", label=int(found.labels[row]),
                          threshold=plan.threshold, output=plan.output)
 
 
 def ranked(found, placement, labels) -> list[PlannedTarget]:
-    """One image's detections (:class:`~guidedbp.engine.detect.Detected`, best first) as
+    """One image's detections (:class:`~guidedbp.engine.targets.detect.Detected`, best first) as
     the run's targets: ``det:1``, ``det:2``... with their class and their box in the
     image file's pixels."""
     planned = []

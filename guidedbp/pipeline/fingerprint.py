@@ -6,7 +6,7 @@ Built once per run, on the driver (:func:`made_by`), and shipped in the
 
 - ``weights``: the model's content digest (:func:`model_digest`),
   not its path: the same file copied elsewhere, or saved again, is the same model.
-- ``maths``: :data:`guidedbp.engine.methods.MATHS_VERSION`.
+- ``maths``: :data:`guidedbp.engine.methods.registry.MATHS_VERSION`.
 - ``options``: a digest of what changes a map: the methods, the options of their groups
   (``method(name).options``, with ``precision``, the guide and SmoothGrad's noise, seed and
   copies, which apply to every method), the preprocessing, ``size`` and ``resize``, and the
@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from guidedbp.engine.methods import MATHS_VERSION, method
+from guidedbp.engine.methods.registry import MATHS_VERSION, method
 from guidedbp.errors import ModelLoadError
 from guidedbp.models.digest import DIGEST_LENGTH, file_digest, folder_digest, keras_digest
 from guidedbp.models.loading import DEMO_SPECS

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from guidedbp._numbers import whole_number
 from guidedbp._text import did_you_mean
-from guidedbp.engine.methods import as_methods
+from guidedbp.engine.methods.registry import as_methods
 from guidedbp.engine.options import MethodOptions
 from guidedbp.errors import ArgumentError
 from guidedbp.figures import FIGURE_FORMATS

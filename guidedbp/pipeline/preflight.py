@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from guidedbp._text import plural
-from guidedbp.engine.methods import method
+from guidedbp.engine.methods.registry import method
 from guidedbp.errors import ArgumentError, GuidedbpError
 from guidedbp.figures import require_matplotlib
 from guidedbp.io import store

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from guidedbp._text import plural
 from guidedbp.api import Explainer
-from guidedbp.engine.detect import NotADetector
+from guidedbp.engine.targets.detect import NotADetector
 from guidedbp.errors import ArgumentError, GuidedbpError
 from guidedbp.io import store
 from guidedbp.io.manifest import read_earlier

@@ -18,7 +18,7 @@ import numpy as np
 
 from guidedbp._text import layer_note, method_at_layer, one_line
 from guidedbp.caveats import NON_FINITE_SCORE, Caveat, unique
-from guidedbp.engine.methods import method
+from guidedbp.engine.methods.registry import method
 from guidedbp.figures import is_own_figure, is_whole_figure
 from guidedbp.io import source, store
 from guidedbp.io.inputs import InputItem

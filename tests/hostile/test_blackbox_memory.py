@@ -6,7 +6,7 @@ Before issue 33, ``kernelshap --samples 100000 --grid 64`` on one 64x64 image to
 and 251 s: the design (100,000 x 4,096 float64, 3.2 GB) and its copies were held whole,
 and the regression solved by least squares. Now every method draws, scores and folds
 its masks or design a block at a time; what exists whole is KernelSHAP's and LIME's
-4097 x 4097 system (:func:`guidedbp.engine._regression.fixed_bytes`).
+4097 x 4097 system (:func:`guidedbp.engine.methods.regression.fixed_bytes`).
 
 Two measures:
 
@@ -33,7 +33,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from guidedbp.engine import _blackbox, _copies, _regression
+from guidedbp.engine.methods import blackbox as _blackbox
+from guidedbp.engine.methods import copies as _copies
+from guidedbp.engine.methods import regression as _regression
 from guidedbp.engine.options import MAX_BLACKBOX_PASSES, MAX_GRID
 
 from ..helpers import assert_one_line_error, run_cli, subprocess_environment
@@ -201,7 +203,7 @@ def test_a_system_that_cannot_fit_is_refused_naming_a_grid_that_fits(workspace, 
     """With 100 MiB free, KernelSHAP's 4097^2 system at grid 64 is refused at once, in one
     line with the sizes; the grid it names runs with the same free memory, and the next
     one up is refused."""
-    from guidedbp.engine import _inputs
+    from guidedbp.engine import inputs as _inputs
 
     monkeypatch.setattr(_inputs, "available_memory", lambda: 100 * 2**20)
     args = ["explain", workspace / "tiny64.keras", workspace / "a.png", "--method",

@@ -11,15 +11,16 @@ of each copy.
 
 Memory holds one batch of copies and one block of the masks or designs, whatever the
 masks, samples or designs: the masks and designs are drawn as the batches go and folded
-into the map as they are scored (:mod:`guidedbp.engine._copies`), never held whole. What
+into the map as they are scored (:mod:`guidedbp.engine.methods.copies`), never held whole. What
 must exist whole is KernelSHAP's and LIME's ``regions ** 2`` system (128 MiB at grid 64,
-:mod:`guidedbp.engine._regression`); :func:`check` refuses, before any work, a run where
+:mod:`guidedbp.engine.methods.regression`); :func:`check` refuses, before any work, a run where
 it cannot fit in the free memory.
 
 D-RISE (Petsiuk et al., 2021) is RISE on a detection's similarity
-(:class:`~guidedbp.engine.targets.Detection`'s score, ``max_j IoU(box, box_j) * p_j[label]``
-over the detector's proposals): the same masks from the same generator and seeds, the
-same estimator, on the paper's 16 x 16 grid by default.
+(:class:`~guidedbp.engine.targets.box_target.Detection`'s score,
+``max_j IoU(box, box_j) * p_j[label]`` over the detector's proposals): the same masks
+from the same generator and seeds, the same estimator, on the paper's 16 x 16 grid by
+default.
 
 Random draws (RISE's masks, the coalitions) come from
 ``numpy.random.default_rng([seed, i])`` for image ``i`` (its position in the images
@@ -38,11 +39,11 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from guidedbp.engine import _inputs
-from guidedbp.engine._copies import Scorer, cell_attributions, scored
-from guidedbp.engine._perturbation import Probe, ScoresFunction
-from guidedbp.engine._regression import MAX_ENUMERATED, fixed_bytes, kernelshap, lime
-from guidedbp.engine._superpixels import require_slic
+from guidedbp.engine import inputs as _inputs
+from guidedbp.engine.methods.copies import Scorer, cell_attributions, scored
+from guidedbp.engine.methods.perturbation import Probe, ScoresFunction
+from guidedbp.engine.methods.regression import MAX_ENUMERATED, fixed_bytes, kernelshap, lime
+from guidedbp.engine.methods.superpixels import require_slic
 from guidedbp.engine.options import MAX_BLACKBOX_PASSES, BlackBoxOptions
 from guidedbp.errors import ArgumentError
 
@@ -61,8 +62,8 @@ REGRESSION_METHODS = ("kernelshap", "lime")
 
 @dataclass(frozen=True)
 class BlackBoxProbe(Probe):
-    """:class:`~guidedbp.engine._perturbation.Probe` and the black-box methods
-    (see :class:`~guidedbp.engine.methods.Probe`); ``seed`` and each image's ``streams``
+    """:class:`~guidedbp.engine.methods.perturbation.Probe` and the black-box methods
+    (see :class:`~guidedbp.engine.methods.registry.Probe`); ``seed`` and each image's ``streams``
     row (int ``(N, k)``; ``None``: its index) key its random draws."""
 
     seed: int = 0

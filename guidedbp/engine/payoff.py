@@ -32,7 +32,7 @@ import numpy as np
 
 from guidedbp import caveats as kinds
 from guidedbp.caveats import Caveat
-from guidedbp.engine import methods as registry
+from guidedbp.engine.methods import registry
 
 #: The least per-map Pearson correlation with float32 maps that mixed precision promises.
 LEAST_CORRELATION = 0.99
@@ -113,7 +113,7 @@ SMALL_MULTIPLY_ADDS = 1_000_000
 
 def multiply_adds(copy) -> int | None:
     """The multiply-adds per image of ``copy``'s low-precision layers (a Keras model
-    rebuilt by :func:`~guidedbp.engine._precision.low_precision_model`): its convolutions
+    rebuilt by :func:`~guidedbp.engine.graph.precision.low_precision_model`): its convolutions
     and dense layers, nested models' too. ``None`` where that cannot be told: a layer
     with weights of another kind, or a layer whose shapes are free or not one."""
     import keras

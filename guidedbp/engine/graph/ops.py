@@ -7,20 +7,15 @@ graph: it reads the ops the trace created and never touches the Keras model.
 from __future__ import annotations
 
 import collections
-import contextlib
-import contextvars
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import tensorflow as tf
 
 from guidedbp import _outputs
-
-#: ReLU-family op types whose gradient guided backprop replaces.
-RELU_OPS = ("Relu", "Relu6")
+from guidedbp.engine.rules.relu import RELU_OPS
+from guidedbp.engine.rules.table import GUIDED_GRADIENT
 
 #: The op types an activation is found from (its nonlinear op), by the kind of activation
-#: one of them alone is (``guidedbp.engine._activations`` grows each into its region).
+#: one of them alone is (``guidedbp.engine.graph.activations`` grows each into its region).
 ACTIVATION_KINDS = {
     "Relu": "relu",
     "Relu6": "relu6",
@@ -36,63 +31,12 @@ ACTIVATION_KINDS = {
 }
 
 #: The kinds of :data:`RELU_OPS`, those the ``relu`` scope guides.
-_RELU_KINDS = frozenset(("relu", "relu6"))
+RELU_KINDS = frozenset(("relu", "relu6"))
 
 #: Activation ops inside control-flow functions, which keep their plain gradient there
 #: (only ReLUs are guided inside functions), by the kind the report names.
 PLAIN_ACTIVATION_OPS = {op: kind for op, kind in ACTIVATION_KINDS.items()
                         if op not in RELU_OPS}
-
-# Names the gradient functions are registered under. Prefixed so that they cannot
-# collide with a user's own "GuidedRelu" registration.
-GUIDED_GRADIENT = "guidedbp/GuidedRelu"
-DECONVNET_GRADIENT = "guidedbp/DeconvnetRelu"
-
-_registered = False
-
-# The ReLU rule of the tf.gradients call in progress ("plain", "guided", "deconvnet").
-# ReLUs inside control-flow functions (a SavedModel's tf.cond branches and tf.while_loop
-# bodies) are rebuilt from their definitions at every tf.gradients call, out of reach of
-# set_gradient: they carry the guided gradient's name, which follows this rule.
-_rule_in_functions: contextvars.ContextVar[str] = contextvars.ContextVar(
-    "guidedbp_rule_in_functions", default="guided")
-
-
-def threshold(grad: tf.Tensor) -> tf.Tensor:
-    """The ``grad_ys`` thresholding: drop negative partial derivatives."""
-    return tf.nn.relu(grad)  # one elementwise pass, no zeros tensor to materialise
-
-
-def relu_backward(op_type: str, grad: tf.Tensor, output: tf.Tensor) -> tf.Tensor:
-    """The ReLU's own gradient: pass ``grad`` where the forward unit was active."""
-    if op_type == "Relu6":
-        return tf.raw_ops.Relu6Grad(gradients=grad, features=output)
-    return tf.raw_ops.ReluGrad(gradients=grad, features=output)
-
-
-def _guided_gradient(op: tf.Operation, grad: tf.Tensor) -> tf.Tensor:
-    # Threshold the arriving gradient, then send it down through the op's own
-    # gradient: exactly what the grad_ys formulation does, inside one pass.
-    rule = _rule_in_functions.get()  # not "guided" only for ReLUs inside functions
-    if rule == "deconvnet":
-        return _deconvnet_gradient(op, grad)
-    return relu_backward(op.type, grad if rule == "plain" else threshold(grad), op.outputs[0])
-
-
-def _deconvnet_gradient(op: tf.Operation, grad: tf.Tensor) -> tf.Tensor:
-    # Zeiler & Fergus: threshold the arriving gradient, ignore the forward mask.
-    del op
-    return threshold(grad)
-
-
-def register_gradients() -> None:
-    """Register the override gradients once per process (TF refuses twice)."""
-    global _registered
-    if not _registered:
-        tf.RegisterGradient(GUIDED_GRADIENT)(_guided_gradient)
-        tf.RegisterGradient(DECONVNET_GRADIENT)(_deconvnet_gradient)
-        _registered = True
-
 
 def set_gradient(ops: list[tf.Operation], gradient: str | None) -> None:
     """Point ``ops`` at a registered gradient, or back at their own (``None``).
@@ -108,16 +52,6 @@ def set_gradient(ops: list[tf.Operation], gradient: str | None) -> None:
             op._clear_attr("_gradient_op_type")
         else:
             op._set_attr("_gradient_op_type", attr_value_pb2.AttrValue(s=gradient.encode()))
-
-
-@contextlib.contextmanager
-def rule_in_functions(rule: str) -> Iterator[None]:
-    """Within: ReLUs inside control-flow functions follow ``rule`` (see set_gradient)."""
-    token = _rule_in_functions.set(rule)
-    try:
-        yield
-    finally:
-        _rule_in_functions.reset(token)
 
 
 # Op types whose attributes name functions that they run.
@@ -301,116 +235,6 @@ def signed_compositions(relus: list[tf.Operation]) -> list[tf.Operation]:
     sources = {op.inputs[0].op.inputs[0].name for op in negative_parts}
     positive_parts = [op for op in relus if op.inputs[0].name in sources]
     return negative_parts + positive_parts
-
-
-@dataclass(frozen=True)
-class Report:
-    """What the engine did to a model's gradient, read off the traced graph.
-
-    Attributes:
-        method: The attribution method.
-        guided_activations: The activations whose gradient the guided rule replaced (the
-            deconvnet rule's when no method is guided), by kind (``{"silu": 49,
-            "sigmoid": 16}``); empty when no method swaps gradients.
-        plain_activations: Activations left with their plain gradient, by kind.
-        head: The output head bypassed to reach the logit, or ``None``.
-        num_classes: Number of classes the target may name.
-        layer: Grad-CAM's feature-map layer (its name scope in the graph), or ``None``.
-        cam_layers: Each class activation map's layer (the methods with a feature map:
-            Grad-CAM and its kin, Score-CAM), by method, named as ``layer=`` takes it
-            (``{"gradcam": "conv5_block3_out"}``); empty when no method has one.
-        guide: The scope of that rule: ``"all"`` (every activation) or ``"relu"`` (the
-            ReLU family), or ``None`` when no method swaps gradients.
-        by_rule: Each swapping rule the methods use (``"guided"``, ``"deconvnet"``) ->
-            ``(scope, the activations it guides by kind)``.
-        output_shape: The shape of the output the first trace's target read (its
-            logits behind a bypassed head), ``None`` for the batch.
-        unreached_activations: The activations of :attr:`plain_activations` that sit
-            inside functions the model calls (``tf.while_loop``/``tf.cond`` bodies,
-            nested ``tf.function`` calls), by kind: ReLUs the rules could not reach (a nested
-            ``tf.function``'s) and other activations (only ReLUs are guided there).
-        guided_in_functions: The ReLUs of :attr:`guided_activations` that sit inside
-            ``tf.while_loop``/``tf.cond`` bodies, by kind (a body's ReLU counts once
-            however many times it runs).
-    """
-
-    method: str
-    guided_activations: dict[str, int] = field(default_factory=dict)
-    plain_activations: dict[str, int] = field(default_factory=dict)
-    head: str | None = None
-    num_classes: int = 0
-    layer: str | None = None
-    cam_layers: dict[str, str] = field(default_factory=dict)
-    guide: str | None = None
-    by_rule: dict[str, tuple[str, dict[str, int]]] = field(default_factory=dict)
-    output_shape: tuple = ()
-    unreached_activations: dict[str, int] = field(default_factory=dict)
-    guided_in_functions: dict[str, int] = field(default_factory=dict)
-
-    def unreached(self, rule: str) -> dict[str, int]:
-        """The :attr:`unreached_activations` in ``rule``'s scope (:attr:`by_rule`): those
-        its maps should have guided and did not; empty for a rule the methods do not use."""
-        if rule not in self.by_rule:
-            return {}
-        scope = self.by_rule[rule][0]
-        return {kind: count for kind, count in self.unreached_activations.items()
-                if scope == "all" or kind in _RELU_KINDS}
-
-    @property
-    def guided_ops(self) -> dict[str, int]:
-        """The older name of :attr:`guided_activations`."""
-        return self.guided_activations
-
-    @property
-    def num_guided(self) -> int:
-        return sum(self.guided_activations.values())
-
-    def as_dict(self) -> dict:
-        return {
-            "method": self.method,
-            "guide": self.guide,
-            "guided_activations": dict(self.guided_activations),
-            "plain_activations": dict(self.plain_activations),
-            "by_rule": {rule: {"guide": scope, "guided_activations": dict(counts)}
-                        for rule, (scope, counts) in self.by_rule.items()},
-            "unreached_activations": dict(self.unreached_activations),
-            "head_bypassed": self.head,
-            "num_classes": self.num_classes,
-            "layer": self.layer,
-            "cam_layers": dict(self.cam_layers),
-        }
-
-    def __str__(self) -> str:
-        counts = format_counts
-        guided = counts(self.guided_activations)
-        return (
-            f"method: {self.method}\n"
-            f"guided activations: {guided}"
-            + (f" (--guide {self.guide})" if self.guide else "") + "\n"
-            f"activations left alone: {counts(self.plain_activations)}"
-            + (f" (inside functions, out of the rules' reach: "
-               f"{counts(self.unreached_activations)})" if self.unreached_activations
-               else "") + "\n"
-            f"head bypassed: {self.head or 'none (output is already a logit)'}\n"
-            f"classes: {self.num_classes}"
-            + (f"\nCAM layer: {format_layers(self.cam_layers)}" if self.cam_layers else "")
-        )
-
-
-def format_layers(layers: dict[str, str]) -> str:
-    """``{"gradcam": "conv_1", "scorecam": "conv_1"}`` -> ``"conv_1 (gradcam, scorecam)"``:
-    each layer once, with the methods that use it."""
-    by_layer: dict[str, list[str]] = {}
-    for name, layer in layers.items():
-        by_layer.setdefault(layer, []).append(name)
-    return "; ".join(f"{layer} ({', '.join(names)})" for layer, names in by_layer.items())
-
-
-def format_counts(counts: dict[str, int]) -> str:
-    """``{"silu": 49, "sigmoid": 16}`` -> ``"silu 49, sigmoid 16"``, most first;
-    ``"none"`` when empty."""
-    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    return ", ".join(f"{key} {value}" for key, value in ordered) or "none"
 
 
 def function_census(function_nodes: list

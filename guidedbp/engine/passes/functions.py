@@ -2,9 +2,9 @@
 
 A signature is the model's declared ``(H, W, C)`` (free dims stay free, so one trace
 serves every image size), else the images' own shape. Per signature the cache holds
-the gradient passes (:func:`guidedbp.engine._trace.attribute`), one per set of
+the gradient passes (:func:`guidedbp.engine.passes.trace.attribute`), one per set of
 methods and number of classes per image, the forward-only pass
-(:func:`guidedbp.engine._trace.predict`) and the report of the first trace, read off
+(:func:`guidedbp.engine.passes.trace.predict`) and the report of the first trace, read off
 its graph.
 """
 
@@ -15,9 +15,12 @@ from dataclasses import replace
 
 import tensorflow as tf
 
-from guidedbp.engine import _columns, _graph, _inputs, _trace
+from guidedbp.engine import inputs as _inputs
+from guidedbp.engine.graph import report as _report
+from guidedbp.engine.passes import trace as _trace
+from guidedbp.engine.targets import columns as _columns
 
-#: A ``tf.function`` traced from one of the bodies of :mod:`guidedbp.engine._trace`.
+#: A ``tf.function`` traced from one of the bodies of :mod:`guidedbp.engine.passes.trace`.
 Function = tf.types.experimental.GenericFunction
 
 
@@ -32,11 +35,11 @@ class TracedFunctions:
         upsample: Class activation map upsampling.
         features: Whether the gradient passes return the feature map too (Score-CAM).
         guide: Where the swapping rules apply (``"all"``, ``"relu"``, ``None``: each
-            rule's default; :func:`guidedbp.engine._trace.guide_scopes`).
+            rule's default; :func:`guidedbp.engine.passes.trace.guide_scopes`).
 
     Attributes:
         gradient_functions: ``(signature, methods, columns)`` -> the gradient pass
-            (``columns``: a tuple of :class:`~guidedbp.engine._columns.Column`).
+            (``columns``: a tuple of :class:`~guidedbp.engine.targets.columns.Column`).
         trace_count: How many traces the functions have run, all kinds together.
     """
 
@@ -51,8 +54,8 @@ class TracedFunctions:
         self.gradient_functions: dict[tuple, Function] = {}
         self._predict_functions: dict[tuple, Function] = {}
         self._score_functions: dict[tuple, Function] = {}
-        self._reports: dict[tuple, _graph.Report] = {}
-        self._pass_reports: dict[tuple, _graph.Report] = {}
+        self._reports: dict[tuple, _report.Report] = {}
+        self._pass_reports: dict[tuple, _report.Report] = {}
         self.trace_count = 0
 
     def signature(self, image_shape: tuple) -> tuple:
@@ -71,7 +74,7 @@ class TracedFunctions:
         return key
 
     def report(self, key: tuple, methods: tuple, output=None, columns: tuple | None = None
-               ) -> _graph.Report:
+               ) -> _report.Report:
         """The report of signature ``key``, tracing the gradient pass of ``methods`` for
         it unless a pass of that signature was traced already: for ``columns``, else for
         the top class of ``output``, or, where that output is no ``(batch, classes)``, a
@@ -89,26 +92,26 @@ class TracedFunctions:
                               ).get_concrete_function()
         return self._reports[key]
 
-    def pass_report(self, key: tuple, methods: tuple, columns: tuple) -> _graph.Report:
+    def pass_report(self, key: tuple, methods: tuple, columns: tuple) -> _report.Report:
         """The report of the first gradient pass of ``methods`` that explains ``columns``
-        (:func:`~guidedbp.engine._columns.traced_passes`; traced once): its class
+        (:func:`~guidedbp.engine.targets.columns.traced_passes`; traced once): its class
         activation maps' layer is the one those targets use (a detection's is the last
         feature map its proposals share, where a class's is the one before the output)."""
         first = _columns.pass_columns(columns, _columns.traced_passes(columns)[0])
         self.gradient(key, methods, first).get_concrete_function()
         return self._pass_reports[(key, methods, first)]
 
-    def newest_report(self) -> _graph.Report | None:
+    def newest_report(self) -> _report.Report | None:
         """The report of the newest signature traced, or ``None`` before any trace."""
         return next(reversed(self._reports.values())) if self._reports else None
 
     def gradient(self, key: tuple, methods: tuple, columns: tuple = (_columns.CLASS,)
                  ) -> Function:
         """The gradient pass of ``methods`` for K targets per image, ``columns`` their
-        :class:`~guidedbp.engine._columns.Column` (an int K: K classes): float32
+        :class:`~guidedbp.engine.targets.columns.Column` (an int K: K classes): float32
         ``(B, *key)`` images, int32 ``(B, K)`` classes and K data tensors -> the outputs
-        of :func:`~guidedbp.engine._trace.attribute`. The runners ask for a few columns at
-        a time (:func:`~guidedbp.engine._columns.traced_passes`): a trace's cost grows
+        of :func:`~guidedbp.engine.passes.trace.attribute`. The runners ask for a few columns at
+        a time (:func:`~guidedbp.engine.targets.columns.traced_passes`): a trace's cost grows
         faster than its columns."""
         if isinstance(columns, int):
             columns = (_columns.CLASS,) * columns

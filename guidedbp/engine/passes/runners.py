@@ -1,14 +1,14 @@
 """One runner per method kind: each registry record names the one that computes it.
 
 - :class:`GradientRunner` (``gradient``): the traced pass of
-  :mod:`guidedbp.engine._trace`, one forward and one backward pass per ReLU rule, K
+  :mod:`guidedbp.engine.passes.trace`, one forward and one backward pass per ReLU rule, K
   classes per image at once, batch by batch. It also resolves the classes (``-r``: the
   r-th most probable) and scores them for every other runner.
 - :class:`PerturbationRunner` (``perturbation``): forward passes on perturbed copies of
-  the images (:mod:`guidedbp.engine._perturbation`), after the traced pass, on the
+  the images (:mod:`guidedbp.engine.methods.perturbation`), after the traced pass, on the
   classes it resolved; the K classes of an image share the copies.
 - :class:`PathIntegratedRunner` (``path-integrated``): a gradient method's map integrated
-  along a path from a baseline (:mod:`guidedbp.engine._averaging`), many traced passes
+  along a path from a baseline (:mod:`guidedbp.engine.methods.averaging`), many traced passes
   per image, one class at a time.
 - :class:`NoiseStatisticRunner` (``noise-statistic``): a statistic of a gradient method's
   map over SmoothGrad's noisy copies (SquareGrad, VarGrad), many traced passes per image,
@@ -16,26 +16,30 @@
 
 Every runner answers ``maps(names, key, images, columns, traced)`` with method ->
 float32 ``(N, K, ...)`` maps, ``columns`` the K targets per image
-(:class:`~guidedbp.engine._columns.Columns`, fixed by the traced pass: classes of ranks
-resolved, regions found). :class:`MethodRunners` groups an explainer's methods by
-the runner their records name and asks each runner for its group, in the order of
-:data:`~guidedbp.engine.methods.RUNNERS`. SmoothGrad is not a runner: it averages
-every runner's maps over noisy copies (:func:`~guidedbp.engine._averaging.smoothgrad`),
+(:class:`~guidedbp.engine.targets.columns.Columns`, fixed by the traced pass: classes of ranks
+resolved, regions found). :class:`~guidedbp.engine.passes.dispatch.MethodRunners`
+groups an explainer's methods by the runner their records name and asks each runner for
+its group, in the order of :data:`~guidedbp.engine.methods.registry.RUNNERS`. SmoothGrad
+is not a runner: it averages
+every runner's maps over noisy copies (:func:`~guidedbp.engine.methods.averaging.smoothgrad`),
 but for the noise-statistic runner's, which are statistics over those very copies already.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from guidedbp.engine import _averaging, _blackbox, _perturbation, _score_checks
-from guidedbp.engine import methods as registry
-from guidedbp.engine._columns import Columns, pass_columns, row_width, traced_passes
-from guidedbp.engine._functions import TracedFunctions
+from guidedbp.engine.methods import averaging as _averaging
+from guidedbp.engine.methods import blackbox as _blackbox
+from guidedbp.engine.methods import perturbation as _perturbation
+from guidedbp.engine.methods import registry
 from guidedbp.engine.options import MethodOptions
+from guidedbp.engine.passes.functions import TracedFunctions
+from guidedbp.engine.targets import checks as _checks
+from guidedbp.engine.targets.columns import Columns, pass_columns, row_width, traced_passes
 
 #: ``(image_shape, columns, methods, batch)`` -> None, raising when a pass cannot fit.
 MemoryCheck = Callable[..., None]
@@ -123,7 +127,7 @@ class GradientRunner(Runner):
         r-th most probable), with ``features`` the feature map of the images.
 
         Each traced pass explains a few columns, one target each per row
-        (:func:`~guidedbp.engine._columns.traced_passes`): a column's many targets (an
+        (:func:`~guidedbp.engine.targets.columns.traced_passes`): a column's many targets (an
         image's top-K classes, its K detections) take ``ceil(K / 4)`` rows per image and
         four columns, ``batch_size`` rows a pass, so that K targets cost K backward
         passes, ``ceil(K / 4)`` forward passes and at most four traces whatever K (a
@@ -146,7 +150,7 @@ class GradientRunner(Runner):
             total = count * per_image
             function = self.functions.gradient(key, methods, specs)
             parts = []
-            with _score_checks.one_line():  # a score checked only as it runs: the first batch
+            with _checks.one_line():  # a score checked only as it runs: the first batch
                 for start in range(0, total, batch_size):
                     rows = np.arange(start, min(start + batch_size, total))
                     part = columns.rows(indices, rows)
@@ -197,7 +201,7 @@ class GradientRunner(Runner):
 class PerturbationRunner(Runner):
     """Maps from the model's scores on perturbed copies, forward only: Score-CAM,
     occlusion and the black-box methods, RISE, KernelSHAP, LIME, Sobol (their ``combine``
-    reads a :class:`~guidedbp.engine._blackbox.BlackBoxProbe`)."""
+    reads a :class:`~guidedbp.engine.methods.blackbox.BlackBoxProbe`)."""
 
     def __init__(self, functions: TracedFunctions, options: MethodOptions,
                  pixel_values: PixelValues, progress: Progress | None = None):
@@ -230,7 +234,7 @@ class PerturbationRunner(Runner):
 
             def scores(batch: np.ndarray, rows: np.ndarray) -> np.ndarray:
                 part = columns.take(rows)
-                with _score_checks.one_line():  # perturbed copies may score otherwise
+                with _checks.one_line():  # perturbed copies may score otherwise
                     found = function(
                         batch, tuple(part.classes[:, indices] for _, indices in groups),
                         tuple(np.stack([part.data[i] for i in indices], axis=1)
@@ -343,127 +347,3 @@ class NoiseStatisticRunner(Runner):
             copy_maps, images, smooth.copies, smooth.noise, smooth.seed,
             self.options.batch_size,
             variance={name for name in names if registry.method(name).statistic == "variance"})
-
-
-class MethodRunners:
-    """An explainer's methods grouped by the runner their records name, and those runners.
-
-    Args:
-        methods: The explainer's methods.
-        functions: The explainer's cache of traced functions.
-        options: The explainer's options.
-        check_memory: Refuses a gradient pass that cannot fit in memory.
-        pixel_values: 0-255 pixel values -> the model's input space.
-
-    Attributes:
-        groups: runner kind -> its methods, in the order of
-            :data:`~guidedbp.engine.methods.RUNNERS`; kinds with no method left out.
-        clean: The gradient methods of the traced pass that resolves the classes: the
-            first a runner runs anyway (the gradient methods', else integrated
-            gradients'), else none (a pass computing no map).
-        shares_columns: Whether every runner explains K classes per image at once.
-        feature_channels: Signature -> channels of the feature map the pass handed out.
-    """
-
-    def __init__(self, methods: Sequence[str], functions: TracedFunctions,
-                 options: MethodOptions, check_memory: MemoryCheck, pixel_values: PixelValues,
-                 progress: Progress | None = None):
-        self.functions = functions
-        self.gradient = GradientRunner(functions, options, check_memory, progress)
-        every = {
-            registry.GRADIENT: self.gradient,
-            registry.PERTURBATION: PerturbationRunner(functions, options, pixel_values,
-                                                      progress),
-            registry.PATH_INTEGRATED: PathIntegratedRunner(self.gradient, options, pixel_values),
-            registry.NOISE_STATISTIC: NoiseStatisticRunner(self.gradient, options),
-        }
-        self.groups = by_runner(methods)
-        self.runners: dict[str, Runner] = {kind: every[kind] for kind in self.groups}
-        self.clean: tuple[str, ...] = next(
-            (traced for traced in (self.runners[kind].traced_methods(names)
-                                   for kind, names in self.groups.items()) if traced), ())
-        self.shares_columns = all(runner.shares_columns for runner in self.runners.values())
-        self.feature_channels: dict[tuple, int] = {}
-
-    def check(self, methods: Sequence[str], image_shape: tuple) -> None:
-        """Each runner's :meth:`Runner.check` of its methods among ``methods``."""
-        for kind, names in by_runner(methods).items():
-            self.runners[kind].check(names, tuple(image_shape))
-
-    def resolve(self, key: tuple, images: np.ndarray, columns: Columns) -> Pass:
-        """The clean traced pass for ``columns`` (a class ``-r``: the r-th most probable):
-        the targets fixed, with their scores."""
-        return self.gradient.run(self.clean, key, images, columns)
-
-    def columns(self, key: tuple, images: np.ndarray, columns: Columns,
-                noise: bool = True) -> tuple[Pass, dict[str, np.ndarray]]:
-        """The traced pass for the K targets ``columns`` and the ``(N, K, ...)`` maps of
-        the runners that explain K targets at once, from it (but for those that draw
-        noisy copies themselves, unless ``noise``)."""
-        traced = self.gradient.run(self.clean, key, images, columns,
-                                   features=self.functions.features)
-        if traced.features is not None:
-            self.feature_channels[key] = int(traced.features.shape[-1])
-        maps = {}
-        for kind, names in self.groups.items():
-            runner = self.runners[kind]
-            if runner.shares_columns and (noise or not runner.draws_noise):
-                maps.update(runner.maps(names, key, images, traced.columns, traced))
-        return traced, maps
-
-    def per_class(self, key: tuple, images: np.ndarray, column: Columns
-                  ) -> dict[str, np.ndarray]:
-        """The ``(N, ...)`` maps of the runners that explain one target at a time, for the
-        one fixed target ``column``."""
-        maps = {}
-        for kind, names in self.groups.items():
-            if not self.runners[kind].shares_columns:
-                found = self.runners[kind].maps(names, key, images, column, None)
-                maps.update({name: columns[:, 0] for name, columns in found.items()})
-        return maps
-
-    def fixed_maps(self, key: tuple, images: np.ndarray, column: Columns
-                   ) -> dict[str, np.ndarray]:
-        """Every method's ``(N, ...)`` maps for the one fixed target ``column``, but for
-        those that are statistics over noisy copies already (:meth:`noise_statistics`):
-        what SmoothGrad averages."""
-        maps = {}
-        if any(runner.shares_columns and not runner.draws_noise
-               for runner in self.runners.values()):
-            _, shared = self.columns(key, images, column, noise=False)
-            maps = {name: columns[:, 0] for name, columns in shared.items()}
-        return {**maps, **self.per_class(key, images, column)}
-
-    def noise_statistics(self, key: tuple, images: np.ndarray, column: Columns
-                         ) -> dict[str, np.ndarray]:
-        """The ``(N, ...)`` maps of the runners that draw SmoothGrad's noisy copies
-        themselves (SquareGrad, VarGrad), for the one fixed target ``column``: under
-        SmoothGrad, the maps it does not average again."""
-        maps = {}
-        for kind, names in self.groups.items():
-            if self.runners[kind].draws_noise:
-                found = self.runners[kind].maps(names, key, images, column, None)
-                maps.update({name: columns[:, 0] for name, columns in found.items()})
-        return maps
-
-    @property
-    def averaged(self) -> bool:
-        """Whether SmoothGrad has any method to average: one whose runner does not draw
-        noisy copies itself."""
-        return any(not runner.draws_noise for runner in self.runners.values())
-
-
-def hands_out_features(methods: Sequence[str]) -> bool:
-    """Whether the traced pass must return its feature map: a method with a feature map
-    (the ``layer`` option) is computed by another runner (Score-CAM)."""
-    return any(registry.method(m).feature_map and registry.method(m).runner != registry.GRADIENT
-               for m in methods)
-
-
-def by_runner(methods: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """``methods`` grouped by the runner their records name, in the order of
-    :data:`~guidedbp.engine.methods.RUNNERS`, each group in the order of ``methods``;
-    runners with no method left out."""
-    groups = {kind: tuple(m for m in methods if registry.method(m).runner == kind)
-              for kind in registry.RUNNERS}
-    return {kind: names for kind, names in groups.items() if names}

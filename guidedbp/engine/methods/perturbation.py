@@ -30,7 +30,7 @@ ScoresFunction = Callable[[np.ndarray, np.ndarray], np.ndarray]
 @dataclass(frozen=True)
 class Probe:
     """What a perturbation method's ``combine`` reads (see
-    :class:`~guidedbp.engine.methods.Probe`).
+    :class:`~guidedbp.engine.methods.registry.Probe`).
 
     Attributes:
         images: float32 ``(N, H, W, C)`` in the model's input space.

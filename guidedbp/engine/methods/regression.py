@@ -4,7 +4,7 @@ coalitions keep, from normal equations summed a design block at a time.
 A coalition is a row of 0s and 1s over the regions (1: kept). Both methods fit the
 scores of their coalitions' copies by weighted least squares; the coalitions (the design
 ``X``, ``samples`` x ``regions``) are drawn, scored and folded into ``X^T W X`` and
-``X^T W y`` a block at a time (:func:`~guidedbp.engine._copies.cell_attributions`), so
+``X^T W y`` a block at a time (:func:`~guidedbp.engine.methods.copies.cell_attributions`), so
 memory holds one block and the ``regions ** 2`` matrices, whatever ``samples``. Those
 matrices must exist whole: at the grid's upper bound (64, 4096 regions) the system is
 4097 x 4097 float64, 128 MiB, 400 MiB with the solver's copies and a block
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from guidedbp.engine._copies import DESIGN_BYTES, Scorer, cell_attributions
-from guidedbp.engine._perturbation import ScoresFunction
+from guidedbp.engine.methods.copies import DESIGN_BYTES, Scorer, cell_attributions
+from guidedbp.engine.methods.perturbation import ScoresFunction
 
 #: LIME's kernel: ``sqrt(exp(-d ** 2 / width ** 2))`` of the cosine distance ``d`` between a
 #: coalition and the whole image, and its ridge penalty (``lime_image``'s defaults).
@@ -85,7 +85,7 @@ def kernelshap(images: np.ndarray, columns: int, scores: ScoresFunction, chunk: 
     equally, each with its complement (paired sampling).
 
     The superpixels are the cells of a ``grid`` x ``grid`` grid, or with ``kind``
-    ``"slic"`` each image's :func:`~guidedbp.engine._superpixels.slic_segments`.
+    ``"slic"`` each image's :func:`~guidedbp.engine.methods.superpixels.slic_segments`.
 
     Returns:
         float32 ``(N, K, H, W, 1)``, each pixel its superpixel's value.

@@ -3,7 +3,7 @@
 A token layer's ``(N, T, C)`` output is read as a ``(N, side, side, C)`` grid
 (:func:`token_grid`): its class and register tokens dropped, its patch tokens laid out
 row by row. :func:`_mixes_tokens` and :func:`_enters_normalization` are what
-:func:`guidedbp.engine._gradcam.default_feature_map` reads a transformer's graph by.
+:func:`guidedbp.engine.graph.layers.default_feature_map` reads a transformer's graph by.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ which the explainer computes after the traced pass, forward only. Each record na
 the runner that computes it (:data:`RUNNERS`): the explainer groups its methods by
 runner and asks each runner for its group's maps, so a new kind of method is a runner
 plus its records, and a new class activation map one weighting function in
-``guidedbp.engine._gradcam.WEIGHTINGS`` plus one record here.
+``guidedbp.engine.methods.cams.WEIGHTINGS`` plus one record here.
 ``guidedbp.METHODS``, the CLI's ``--method`` choices and help, comparison panels,
 ``evaluate`` and the Ray runner all read this table, so a new method is one record
 here plus its math.
@@ -18,7 +18,7 @@ here plus its math.
 Importing this module does not import TensorFlow: ``combine`` functions only call
 methods of the :class:`Parts` or :class:`Probe` they receive.
 
->>> from guidedbp.engine.methods import METHODS, method
+>>> from guidedbp.engine.methods.registry import METHODS, method
 >>> METHODS[:3]
 ('guided', 'vanilla', 'deconvnet')
 >>> method("guided-gradcam").relu_rule, method("guided-gradcam").feature_map
@@ -35,14 +35,15 @@ from typing import Protocol
 
 from guidedbp._text import did_you_mean
 from guidedbp.engine.options import STATISTIC_COPIES
+from guidedbp.engine.rules.table import RULES
 from guidedbp.errors import ArgumentError
 
 #: ReLU gradient rules, in the order the engine computes them.
 #: ``plain``: the op's own gradient. ``guided``: threshold the arriving gradient,
 #: then apply the ReLU's mask. ``deconvnet``: threshold, ignore the mask.
-RELU_RULES = ("plain", "guided", "deconvnet")
+RELU_RULES = tuple(RULES)
 
-#: The runners, one per method kind (:mod:`guidedbp.engine._runners`), in the order the
+#: The runners, one per method kind (:mod:`guidedbp.engine.passes.runners`), in the order the
 #: explainer runs them. ``gradient``: the traced pass, one forward and one backward per
 #: ReLU rule, K classes at once. ``perturbation``: forward passes on perturbed copies,
 #: after the traced pass. ``path-integrated``: many traced passes along a path, per class.
@@ -57,7 +58,7 @@ RUNNERS = (GRADIENT, PERTURBATION, PATH_INTEGRATED, NOISE_STATISTIC)
 STATISTICS = ("mean", "variance")
 
 #: The target kinds a method may be bound to (:attr:`Method.target`): ``detection``, a
-#: detector's detection (:class:`~guidedbp.engine.targets.Detection`).
+#: detector's detection (:class:`~guidedbp.engine.targets.box_target.Detection`).
 DETECTION = "detection"
 TARGET_KINDS = (DETECTION,)
 
@@ -77,14 +78,14 @@ class Parts(Protocol):
         """(N, H, W, 1) class activation map at the input size, from the feature map and
         its plain gradient: ``weighting`` names a function of the weightings table,
         ``"gradcam"``, ``"gradcam++"``, ``"layercam"``, ``"xgradcam"`` or ``"hirescam"``
-        (see :data:`guidedbp.engine._gradcam.WEIGHTINGS`), or of the gradient-free
-        projections, ``"eigencam"`` (:data:`guidedbp.engine._gradcam.PROJECTIONS`)."""
+        (see :data:`guidedbp.engine.methods.cams.WEIGHTINGS`), or of the gradient-free
+        projections, ``"eigencam"`` (:data:`guidedbp.engine.methods.cams.PROJECTIONS`)."""
 
 
 class Probe(Protocol):
     """What a perturbation method's ``combine`` may use, outside the traced function:
     each returns float32 ``(N, K, H, W, 1)`` maps, K classes per image, from forward
-    passes on perturbed copies of the images (see :mod:`guidedbp.engine._perturbation`)."""
+    passes on perturbed copies of the images (see :mod:`guidedbp.engine.methods.perturbation`)."""
 
     def score_cam(self) -> object:
         """Feature-map channels weighted by the scores of the images they mask."""

@@ -1,4 +1,4 @@
-"""A detector's proposals as a :class:`~guidedbp.engine.targets.Detection` reads them.
+"""A detector's proposals as a :class:`~guidedbp.engine.targets.box_target.Detection` reads them.
 
 :func:`proposals` turns a detector's raw output, inside the trace, into every proposal's
 box ``(B, N, 4)`` as corners ``(x0, y0, x1, y1)`` in input pixels and its class
@@ -35,7 +35,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from guidedbp import _outputs
-from guidedbp.engine.targets import BOXES_FORMATS
+from guidedbp.engine.targets.box_target import BOXES_FORMATS
 from guidedbp.errors import ArgumentError
 
 __all__ = ["BOXES_FORMATS", "GRADIENT_OVERRIDES", "NotADetector", "feature_map",

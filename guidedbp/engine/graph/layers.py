@@ -1,7 +1,7 @@
-"""Class activation maps: the feature map, found at the op level in a traced forward
-graph, and a table of gradient weightings (Grad-CAM, Grad-CAM++, LayerCAM, XGrad-CAM,
-HiResCAM), each one function, as pytorch-grad-cam's ``get_cam_weights``, and one of
-gradient-free projections (Eigen-CAM).
+"""The layers class activation maps read: the feature map, found at the op level in a
+traced forward graph (by name, or the last one before the logits), and the layers a
+model offers (:func:`layer_choices`). The maps' maths are
+:mod:`guidedbp.engine.methods.cams`.
 
 Working on ops rather than Keras layers means the same code serves Keras models,
 nested sub-models and SavedModels (whose frozen graphs keep the layers' name
@@ -12,20 +12,21 @@ Vision transformers have no ``(N, h, w, k)`` feature map: their blocks output
 and register tokens dropped, its patch tokens laid out row by row. The gradient is
 taken with respect to the token tensor the forward pass uses (a reshaped copy off to
 the side would get none); the feature map and its gradient are laid out as the grid
-only for the weighting (:func:`class_activation_map`, :meth:`TokenGrid.apply`).
+only for the weighting (:func:`guidedbp.engine.methods.cams.class_activation_map`,
+:meth:`TokenGrid.apply`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import tensorflow as tf
 
 from guidedbp._text import did_you_mean, some_of
-from guidedbp.engine import _graph, _scopes
-from guidedbp.engine._tokens import (
+from guidedbp.engine.graph import ops as _ops
+from guidedbp.engine.graph import scopes as _scopes
+from guidedbp.engine.graph.tokens import (
     _enters_normalization,
     _is_tokens,
     _mixes_tokens,
@@ -34,7 +35,7 @@ from guidedbp.engine._tokens import (
 )
 from guidedbp.errors import ArgumentError
 
-#: The path of the first layer of a name (:func:`guidedbp.engine._scopes.layer_path`).
+#: The path of the first layer of a name (:func:`guidedbp.engine.graph.scopes.layer_path`).
 layer_path = _scopes.layer_path
 
 
@@ -73,9 +74,9 @@ def _layer_output(forward_ops: list[tf.Operation], path: list[str],
     """The last float op created in the call of the layer at ``path``, or None.
 
     A Keras layer's path is found in the scope its call opened (``scopes``,
-    :func:`guidedbp.engine._scopes.layer_scopes`). Any other path (a SavedModel's
+    :func:`guidedbp.engine.graph.scopes.layer_scopes`). Any other path (a SavedModel's
     layers, a path of the graph's own scopes) matches the names of a SavedModel's layers
-    exactly (:func:`~guidedbp.engine._scopes.exported_names`), else the graph's name
+    exactly (:func:`~guidedbp.engine.graph.scopes.exported_names`), else the graph's name
     scopes (:func:`_match_scopes`), which TensorFlow may have suffixed (``conv`` becomes
     ``conv_1``).
     """
@@ -114,7 +115,7 @@ def layer_name(model, forward_ops: list[tf.Operation], tensor: tf.Tensor) -> str
     the models enclosing it (``"branch_b/conv"``) where a layer before it has that
     name; for a graph without Keras layers (a SavedModel), its name scope
     (``"conv2d"`` for the scope ``"conv2d_1"`` that exporting it made unique:
-    :func:`~guidedbp.engine._scopes.exported_names`), with the enclosing scopes where that
+    :func:`~guidedbp.engine.graph.scopes.exported_names`), with the enclosing scopes where that
     is ambiguous. Each name is
     checked to lead back to ``tensor`` as ``layer=`` reads it; where none does, the
     tensor's whole name scope in the traced graph."""
@@ -311,150 +312,4 @@ def default_feature_map(logits: tf.Tensor, images: tf.Tensor) -> tf.Tensor:
 
 def _depends_on(images: tf.Tensor) -> set[str]:
     """Names of the ops whose outputs depend on ``images``."""
-    return _graph.descendants(images.op)
-
-
-def gradcam_weights(feature_map: tf.Tensor, gradient: tf.Tensor) -> tf.Tensor:
-    """Grad-CAM (Selvaraju et al., 2017): ``w_k`` the mean of ``g_k`` over positions."""
-    del feature_map  # Grad-CAM's weights read the gradient alone
-    return tf.reduce_mean(gradient, axis=(1, 2), keepdims=True)
-
-
-def gradcam_plus_plus_weights(feature_map: tf.Tensor, gradient: tf.Tensor) -> tf.Tensor:
-    """Grad-CAM++ (Chattopadhyay et al., 2018): ``w_k = sum_ab alpha * relu(g_k)`` with
-    ``alpha = g^2 / (2 g^2 + sum_ab(A_k) g^3)``, as pytorch-grad-cam and tf-keras-vis
-    compute it.
-
-    Where ``g`` is not zero that is ``1 / (2 + sum_ab(A_k) g)``, which is what is
-    computed (no ``g^2`` or ``g^3`` to underflow in float32); ``alpha`` is 0 where that
-    denominator is 0 (pytorch-grad-cam adds 1e-6 to it instead, tf-keras-vis divides by
-    it). The paper differentiates ``exp(score)``: that factor cancels in ``alpha`` and
-    only scales the map, so both implementations drop it, and so does this one.
-    tf-keras-vis (like the authors' code) also divides ``alpha`` by its sum over
-    positions, which rescales each channel's weight; pytorch-grad-cam does not, nor does
-    this.
-    """
-    total = tf.reduce_sum(feature_map, axis=(1, 2), keepdims=True)
-    alpha = tf.math.divide_no_nan(1.0, 2.0 + total * gradient)
-    return tf.reduce_sum(alpha * tf.nn.relu(gradient), axis=(1, 2), keepdims=True)
-
-
-def layercam_weights(feature_map: tf.Tensor, gradient: tf.Tensor) -> tf.Tensor:
-    """LayerCAM (Jiang et al., 2021): ``relu(g_k)`` position by position, so the map is
-    meaningful at any layer, early ones too."""
-    del feature_map  # LayerCAM's weights read the gradient alone
-    return tf.nn.relu(gradient)
-
-
-#: XGrad-CAM's guard against a channel whose activations sum to zero (pytorch-grad-cam's).
-XGRADCAM_EPSILON = 1e-7
-
-
-def xgradcam_weights(feature_map: tf.Tensor, gradient: tf.Tensor) -> tf.Tensor:
-    """XGrad-CAM (Fu et al., 2020): ``w_k = sum_ab(g_k A_k) / (sum_ab(A_k) + 1e-7)``, the
-    activation-weighted mean of the gradient, as pytorch-grad-cam's ``XGradCAM``."""
-    total = tf.reduce_sum(feature_map, axis=(1, 2), keepdims=True)
-    weighted = tf.reduce_sum(gradient * feature_map, axis=(1, 2), keepdims=True)
-    return weighted / (total + XGRADCAM_EPSILON)
-
-
-def hirescam_weights(feature_map: tf.Tensor, gradient: tf.Tensor) -> tf.Tensor:
-    """HiResCAM (Draelos & Carin, 2020): ``g_k`` itself, position by position, no
-    averaging: the map is ``relu(sum_k g_k * A_k)``, as pytorch-grad-cam's ``HiResCAM``."""
-    del feature_map  # HiResCAM's weights are the gradient
-    return gradient
-
-
-#: A weighting: ``(feature map A, plain gradient g)``, both float32 ``(N, h, w, k)`` ->
-#: weights broadcastable to ``A`` (``(N, 1, 1, k)`` per channel, or ``(N, h, w, k)`` per
-#: position). :func:`class_activation_map` multiplies them into ``A``.
-Weighting = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
-
-#: The gradient weightings :func:`class_activation_map` knows, by the name a registry
-#: record's ``combine`` asks for (``parts.cam("gradcam++")``). A new class activation
-#: map is one function here, one entry in this table and one registry record.
-WEIGHTINGS: dict[str, Weighting] = {
-    "gradcam": gradcam_weights,
-    "gradcam++": gradcam_plus_plus_weights,
-    "layercam": layercam_weights,
-    "xgradcam": xgradcam_weights,
-    "hirescam": hirescam_weights,
-}
-
-
-def principal_component(feature_map: tf.Tensor) -> tf.Tensor:
-    """Eigen-CAM (Muhammad & Yeasin, 2020): each image's ``(h, w, k)`` feature map,
-    read as ``h * w`` points of ``k`` channels, centred (its mean over positions
-    subtracted) and projected on its first principal component (the first right
-    singular vector), as pytorch-grad-cam's ``get_2d_projection``.
-
-    The component's sign is arbitrary (an SVD may return ``v`` or ``-v``; pytorch-grad-cam
-    keeps whichever it gets, so its map may come out upside down and vanish under the
-    ReLU): it is chosen here so that the projection correlates positively with the
-    channel-summed activation, i.e. ``sum_k v_k > 0``. Where the correlation is exactly
-    0 (a feature map constant over positions: the projection is 0), the sign is left as
-    the SVD gives it.
-
-    Args:
-        feature_map: float32 ``(N, h, w, k)``.
-
-    Returns:
-        float32 ``(N, h, w, 1)``, before the ReLU.
-    """
-    shape = tf.shape(feature_map)
-    points = tf.reshape(feature_map, [shape[0], shape[1] * shape[2], shape[3]])
-    centred = points - tf.reduce_mean(points, axis=1, keepdims=True)
-    _, _, right = tf.linalg.svd(centred)  # (N, k, min(h * w, k)), largest singular value first
-    projection = tf.linalg.matvec(centred, right[:, :, 0])  # (N, h * w)
-    correlation = tf.reduce_sum(projection * tf.reduce_sum(centred, axis=-1), axis=-1,
-                                keepdims=True)
-    projection = tf.where(correlation < 0, -projection, projection)
-    return tf.reshape(projection, [shape[0], shape[1], shape[2], 1])
-
-
-#: A projection: float32 ``(N, h, w, k)`` feature map -> ``(N, h, w, 1)`` map, no gradient.
-Projection = Callable[[tf.Tensor], tf.Tensor]
-
-#: The gradient-free class activation maps :func:`class_activation_map` knows, by the
-#: name a registry record's ``combine`` asks for (``parts.cam("eigencam")``): they read
-#: the feature map alone, so the same map serves every class.
-PROJECTIONS: dict[str, Projection] = {
-    "eigencam": principal_component,
-}
-
-
-def class_activation_map(feature_map: tf.Tensor, gradient: tf.Tensor, weighting: str, size,
-                         upsample: str) -> tf.Tensor:
-    """The ReLU of the feature map's weighted channel sum, upsampled to the input:
-    ``relu(sum_k w_k A_k)`` with ``A`` the ``(h, w, k)`` feature map and ``w`` the
-    weights :data:`WEIGHTINGS` computes from ``A`` and the plain gradient of the class
-    logit with respect to it; or the ReLU of a projection of :data:`PROJECTIONS`
-    (Eigen-CAM), which reads ``A`` alone.
-
-    Args:
-        feature_map: ``(N, h, w, k)`` layer output, or a token layer's ``(N, T, C)``
-            (laid out as its grid, :func:`token_grid`, here).
-        gradient: The plain gradient of the class logit with respect to it.
-        weighting: A name of :data:`WEIGHTINGS` or :data:`PROJECTIONS`.
-        size: ``(H, W)`` of the input.
-        upsample: ``"bilinear"`` or ``"nearest"``.
-
-    Returns:
-        float32 ``(N, H, W, 1)``.
-
-    Raises:
-        ArgumentError: For an unknown ``weighting``.
-    """
-    if weighting not in WEIGHTINGS and weighting not in PROJECTIONS:
-        raise ArgumentError(f"weighting={weighting!r} is not one of "
-                            f"{', '.join([*WEIGHTINGS, *PROJECTIONS])}")
-    if feature_map.shape.rank == 3:  # tokens: the grid, its gradient laid out alike
-        grid = token_grid(feature_map.shape[1])
-        feature_map, gradient = grid.apply(feature_map), grid.apply(gradient)
-    feature_map = tf.cast(feature_map, tf.float32)
-    if weighting in PROJECTIONS:
-        cam = PROJECTIONS[weighting](feature_map)
-    else:
-        weighted = WEIGHTINGS[weighting](feature_map, tf.cast(gradient, tf.float32))
-        cam = tf.reduce_sum(weighted * feature_map, axis=-1, keepdims=True)
-    return tf.image.resize(tf.nn.relu(cam), size, method=upsample)
+    return _ops.descendants(images.op)

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from guidedbp.engine._perturbation import ScoresFunction
-from guidedbp.engine._superpixels import segments, slic_segments
+from guidedbp.engine.methods.perturbation import ScoresFunction
+from guidedbp.engine.methods.superpixels import segments, slic_segments
 
 #: Bytes of float64 design rows a block holds (one chunk at least).
 DESIGN_BYTES = 16 * 2**20

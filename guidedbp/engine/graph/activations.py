@@ -1,4 +1,4 @@
-"""The model's activations, found at the op level, and the generalised guided rule.
+"""The model's activations, found at the op level, and the rules applied to their ops.
 
 An *activation* is an elementwise function ``y = f(x)`` of the model: what Keras calls
 an activation (a layer's ``activation``, an ``Activation`` layer, the ``ReLU``,
@@ -24,14 +24,19 @@ normalisation (reductions) are never activations.
 The rules, at every activation, with ``g`` the gradient arriving at ``y``:
 
 - ``guided``: send ``f'(x) * max(g, 0)`` to ``x``: threshold ``g`` at ``y``, then the
-  region's own gradient (``y``'s op gets :data:`GUIDED_ACTIVATION`; a ReLU alone keeps
-  :data:`~guidedbp.engine._graph.GUIDED_GRADIENT`, which is the same rule);
+  region's own gradient (``y``'s op gets
+  :data:`~guidedbp.engine.rules.table.GUIDED_ACTIVATION`; a ReLU alone keeps
+  :data:`~guidedbp.engine.rules.table.GUIDED_GRADIENT`, which is the same rule);
 - ``deconvnet``: send ``max(g, 0)`` to ``x``: ``y``'s op sends the thresholded ``g`` to
   the input on a path to ``x`` (the *spine*) and nothing to its other inputs, and each
-  further op on the spine passes it on unchanged (:data:`SPINE`).
+  further op on the spine passes it on unchanged
+  (:data:`~guidedbp.engine.rules.table.SPINE`).
+
+The rules' records and math are :mod:`guidedbp.engine.rules`; this module finds where
+they apply and points the ops there (:class:`Rules`).
 
 The ``relu`` scope keeps the paper's: only ``Relu`` and ``Relu6`` ops, each alone
-(today's rule, :func:`guidedbp.engine._graph.relu_ops`).
+(today's rule, :func:`guidedbp.engine.graph.ops.relu_ops`).
 """
 
 from __future__ import annotations
@@ -43,10 +48,13 @@ from dataclasses import dataclass
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
-from guidedbp.engine import _graph
+from guidedbp.engine.graph import ops as _ops
+from guidedbp.engine.rules import relu as _relu
+from guidedbp.engine.rules.activations import ORIGINAL_ATTR, OUTPUT_ATTR, SPINE_ATTR
+from guidedbp.engine.rules.table import OURS, RULES
 
 #: Op types an activation is found from, and the kind a region of one core is.
-CORE_KINDS = _graph.ACTIVATION_KINDS
+CORE_KINDS = _ops.ACTIVATION_KINDS
 
 #: Elementwise ops a region may hold besides its cores (constants broadcast).
 ELEMENTWISE_OPS = frozenset((
@@ -56,21 +64,9 @@ ELEMENTWISE_OPS = frozenset((
     "IdentityN", "Cast", "ZerosLike", "OnesLike", "Reciprocal", "Sign",
 ))
 
-#: Registered gradient names (prefixed: they cannot collide with a user's).
-GUIDED_ACTIVATION = "guidedbp/GuidedActivation"
-DECONVNET_ACTIVATION = "guidedbp/DeconvnetActivation"
-SPINE = "guidedbp/Spine"
-
-# Attributes set on the ops this module points at its gradients: the output index of
-# ``y``, the input index of the spine, and the gradient the op had before.
-_OUTPUT_ATTR = "_guidedbp_output"
-_SPINE_ATTR = "_guidedbp_spine"
-_ORIGINAL_ATTR = "_guidedbp_original"
-
 #: Regions grow over at most this many ops (the largest activation, celu, has 10).
 _MAX_OPS = 24
 
-_registered = False
 
 
 @dataclass(frozen=True)
@@ -100,8 +96,8 @@ def _reach(images: tf.Tensor, ends) -> tuple[list, set[str], set[str]]:
     """``ends`` as a list, the names of the ops that depend on ``images`` and of those
     that ``ends`` depend on."""
     ends = list(ends) if isinstance(ends, (list, tuple)) else [ends]
-    live = set().union(*(_graph.ancestors(end.op) for end in ends))
-    return ends, _graph.descendants(images.op), live
+    live = set().union(*(_ops.ancestors(end.op) for end in ends))
+    return ends, _ops.descendants(images.op), live
 
 
 def on_path(ops: list[tf.Operation], images: tf.Tensor, ends) -> list[tf.Operation]:
@@ -224,8 +220,8 @@ def _chains_a_relu(region: dict) -> bool:
             if source.name in seen:
                 continue
             seen.add(source.name)
-            if source.type in CORE_KINDS and (source.type in _graph.RELU_OPS
-                                              or op.type in _graph.RELU_OPS):
+            if source.type in CORE_KINDS and (source.type in _relu.RELU_OPS
+                                              or op.type in _relu.RELU_OPS):
                 return True
             pending.extend(t.op for t in source.inputs if t.op.name in region)
     return False
@@ -283,52 +279,6 @@ def _kind(ops: tuple, entry: tf.Tensor, region: dict) -> str:
     return "+".join(dict.fromkeys(cores))
 
 
-# -- the gradients ----------------------------------------------------------------------
-
-
-def _original_gradient(op: tf.Operation):
-    from tensorflow.python.framework import ops as framework_ops
-
-    name = op.node_def.attr[_ORIGINAL_ATTR].s.decode() if _ORIGINAL_ATTR in op.node_def.attr \
-        else ""
-    return framework_ops._gradient_registry.lookup(name or op.type)
-
-
-def _guided_activation_gradient(op: tf.Operation, *grads):
-    # f'(x) * max(g, 0): threshold what arrives at y, then the region's own gradient.
-    slot = op.node_def.attr[_OUTPUT_ATTR].i
-    grads = list(grads)
-    if grads[slot] is not None:
-        grads[slot] = _graph.threshold(grads[slot])
-    return _original_gradient(op)(op, *grads)
-
-
-def _deconvnet_activation_gradient(op: tf.Operation, *grads):
-    # max(g, 0) to x: down the spine only, ignoring f'.
-    slot = op.node_def.attr[_OUTPUT_ATTR].i
-    spine = op.node_def.attr[_SPINE_ATTR].i
-    result = [None] * len(op.inputs)
-    if grads[slot] is not None:
-        result[spine] = _graph.threshold(grads[slot])
-    return result
-
-
-def _spine_gradient(op: tf.Operation, *grads):
-    result = [None] * len(op.inputs)
-    result[op.node_def.attr[_SPINE_ATTR].i] = grads[0]
-    return result
-
-
-def register_gradients() -> None:
-    """Register the rules' gradients once per process (TF refuses twice)."""
-    global _registered
-    if not _registered:
-        tf.RegisterGradient(GUIDED_ACTIVATION)(_guided_activation_gradient)
-        tf.RegisterGradient(DECONVNET_ACTIVATION)(_deconvnet_activation_gradient)
-        tf.RegisterGradient(SPINE)(_spine_gradient)
-        _registered = True
-
-
 class Rules:
     """The gradient each rule gives each touched op, applied before each ``tf.gradients``
     call and undone after the last.
@@ -347,36 +297,37 @@ class Rules:
         touched = {op.name: op for op in relus}
         for activation in activations:
             touched.update((op.name, op) for op in activation.ops
-                           if op.type in _graph.RELU_OPS)
+                           if op.type in _relu.RELU_OPS)
             touched.update((op.name, op) for op, _ in activation.spine)
         self._ops = list(touched.values())
         self._created = {op.name: _gradient_attr(op) for op in self._ops}
         for activation in activations:
             for index, (op, slot) in enumerate(activation.spine):
-                _set_int(op, _SPINE_ATTR, slot)
+                _set_int(op, SPINE_ATTR, slot)
                 if index == 0:
-                    _set_int(op, _OUTPUT_ATTR, activation.output.value_index)
+                    _set_int(op, OUTPUT_ATTR, activation.output.value_index)
                 original = self._created[op.name]
-                if original and original not in _OURS:
-                    _set_text(op, _ORIGINAL_ATTR, original)
+                if original and original not in OURS:
+                    _set_text(op, ORIGINAL_ATTR, original)
 
     def apply(self, rule: str) -> None:
-        """Point every touched op at ``rule``'s gradient (``plain``: its own)."""
+        """Point every touched op at ``rule``'s gradients (``plain``: its own;
+        :data:`~guidedbp.engine.rules.table.RULES`)."""
         plan: dict[str, str | None] = {op.name: None for op in self._ops}
         scope = self.scopes.get(rule)
+        gradients = RULES[rule]
         if scope == "relu":
-            plan.update((op.name, _RELU_GRADIENT[rule]) for op in self.relus)
+            plan.update((op.name, gradients.relu_gradient) for op in self.relus)
         elif scope == "all":
             for activation in self.activations:
-                alone = len(activation.ops) == 1 and activation.ops[0].type in _graph.RELU_OPS
+                alone = len(activation.ops) == 1 and activation.ops[0].type in _relu.RELU_OPS
                 if alone:  # a ReLU alone: the ReLU gradient, the same rule
-                    plan[activation.output_op.name] = _RELU_GRADIENT[rule]
+                    plan[activation.output_op.name] = gradients.relu_gradient
                     continue
                 head, *rest = activation.spine
-                plan[head[0].name] = (GUIDED_ACTIVATION if rule == "guided"
-                                      else DECONVNET_ACTIVATION)
-                if rule == "deconvnet":
-                    plan.update((op.name, SPINE) for op, _ in rest)
+                plan[head[0].name] = gradients.activation_gradient
+                if gradients.spine_gradient is not None:
+                    plan.update((op.name, gradients.spine_gradient) for op, _ in rest)
         for op in self._ops:
             _set_gradient(op, plan[op.name] or self._own(op))
 
@@ -387,7 +338,7 @@ class Rules:
 
     def _own(self, op: tf.Operation) -> str | None:
         original = self._created[op.name]
-        return None if original in _OURS else original
+        return None if original in OURS else original
 
     def census(self, rule: str) -> dict[str, int]:
         """The activation kinds ``rule`` guides, with counts."""
@@ -410,12 +361,6 @@ class Rules:
                 a.kind for a in self.activations if not any(op.name in guided for op in a.ops)))
         return dict(collections.Counter(  # no rule guides: the ReLUs are not counted as left
             a.kind for a in self.activations if a.kind not in ("relu", "relu6")))
-
-
-_RELU_GRADIENT = {"guided": _graph.GUIDED_GRADIENT, "deconvnet": _graph.DECONVNET_GRADIENT,
-                  "plain": None}
-_OURS = frozenset((_graph.GUIDED_GRADIENT, _graph.DECONVNET_GRADIENT, GUIDED_ACTIVATION,
-                   DECONVNET_ACTIVATION, SPINE))
 
 
 def _gradient_attr(op: tf.Operation) -> str | None:

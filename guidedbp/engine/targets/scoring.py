@@ -18,8 +18,10 @@ import numpy as np
 import tensorflow as tf
 
 from guidedbp import _outputs
-from guidedbp.engine import _detections, _graph, _score_checks
-from guidedbp.engine._columns import Column, NotAClass, NotAClassifier
+from guidedbp.engine.graph import ops as _ops
+from guidedbp.engine.targets import checks as _checks
+from guidedbp.engine.targets import proposals as _proposals
+from guidedbp.engine.targets.columns import Column, NotAClass, NotAClassifier
 from guidedbp.errors import ArgumentError
 
 #: ``(rows, classes, data)`` -> ``(score, target, probability, resolved)`` of R rows:
@@ -169,7 +171,7 @@ def prepare(model, raw, column: Column, image_size: tuple[int, int] | None = Non
              "region": "a Region target", "similar": "a Similarity target",
              "text": "a Text target"}[column.kind]
     output = one_tensor(model, raw, selected, needs)
-    logits, head, head_op = _graph.find_logits(output)
+    logits, head, head_op = _ops.find_logits(output)
     heads = [head_op] if head_op is not None else []
     kinds = {"class": _class, "unit": _unit, "region": _region, "similar": _similar,
              "text": _text}
@@ -201,14 +203,14 @@ def _whole(model, column: Column, selected, batch, first) -> Reading:
     if column.kind == "probe":
         parts = []
         for tensor in tensors:
-            logits, _, head_op = _graph.find_logits(tensor)
+            logits, _, head_op = _ops.find_logits(tensor)
             heads += [head_op] if head_op is not None else []
             ends.append(logits)
             flat = tf.reshape(tf.cast(logits, tf.float32), [batch, -1])
             parts.append(tf.reduce_sum(flat, axis=1))
         value = tf.add_n(parts)
     else:
-        value = _score_checks.user_score(column.function, selected, batch, first.shape[0])
+        value = _checks.user_score(column.function, selected, batch, first.shape[0])
         ends += tensors
 
     def read(rows, wanted, given):
@@ -221,13 +223,13 @@ def _whole(model, column: Column, selected, batch, first) -> Reading:
 def _detection(model, raw, column: Column, image_size) -> Reading:
     weight, boxes_format, boxes, class_scores_output = column.index
     selected = raw if column.output is None else _outputs.select(model, raw, column.output)
-    corners, probs, reads = _detections.proposals(
+    corners, probs, reads = _proposals.proposals(
         model, selected, image_size, boxes_format, boxes, class_scores_output)
 
     def read(rows, wanted, given):
         pick = _picker(rows)
-        label = _score_checks.detection_label(wanted, probs.shape[-1])
-        found = _detections.matched(given[:, :4], label, pick(corners), pick(probs), weight)
+        label = _checks.detection_label(wanted, probs.shape[-1])
+        found = _proposals.matched(given[:, :4], label, pick(corners), pick(probs), weight)
         return (found["score"], found["label"], found["found"][:, 5],
                 tf.concat([given[:, :4], found["found"]], axis=1))
 
@@ -243,7 +245,7 @@ def _class(column: Column, output, logits, head, heads, batch) -> Reading:
             "class target needs (batch, classes): name a target that fits it "
             "(Region(c) for a map, Unit(i), Similarity(reference), a score function)")
     refuse_a_value(logits, head, column)
-    class_scores, class_probs = _graph.class_scores(logits, output, head)
+    class_scores, class_probs = _ops.class_scores(logits, output, head)
     ranked = tf.argsort(class_scores, axis=-1, direction="DESCENDING", stable=True)
 
     def read(rows, wanted, given):
@@ -309,7 +311,7 @@ def _similar(column: Column, output, logits, head, heads, batch) -> Reading:
 
     def read(rows, wanted, given):
         mine = _picker(rows)(flat)
-        reference = _score_checks.reference(mine, given, _named(column))
+        reference = _checks.reference(mine, given, _named(column))
         dot = tf.reduce_sum(mine * reference, axis=1)
         norms = tf.norm(mine, axis=1) * tf.norm(reference, axis=1)
         return (tf.math.divide_no_nan(dot, norms), tf.fill([_count(wanted)], -1),

@@ -16,7 +16,7 @@ The caller's model is never touched. Float32 stays where it matters:
   receptive fields;
 - the input gradient: the images are float32, so is their gradient (through the cast
   the first low-precision layer makes), and so are the maps; SmoothGrad and integrated
-  gradients sum those maps in float64 (:mod:`guidedbp.engine._averaging`).
+  gradients sum those maps in float64 (:mod:`guidedbp.engine.methods.averaging`).
 
 Each batch normalization that follows a convolution is folded into it: the copy's
 convolution computes with ``kernel * scale`` and ``bias * scale + shift``, where

@@ -1,10 +1,10 @@
 """The checks of a target's score, where the traced pass computes it.
 
-Every method reads a target's score from :func:`guidedbp.engine._scoring.score` (the
+Every method reads a target's score from :func:`guidedbp.engine.targets.scoring.score` (the
 gradient methods differentiate it, the perturbation methods watch it move), so it is
-checked there once, for all of them: a :class:`~guidedbp.engine.targets.Score` function
+checked there once, for all of them: a :class:`~guidedbp.engine.targets.kinds.Score` function
 must return numbers, one per image, shape ``(batch,)``; a
-:class:`~guidedbp.engine.targets.Similarity` reference must be as long as the output it
+:class:`~guidedbp.engine.targets.kinds.Similarity` reference must be as long as the output it
 is compared with, flattened. A shape the trace knows is checked while tracing, before
 any image goes through the model. One it does not know (a score whose length depends on
 the batch, an output of free size) is checked by an assertion in the graph, on the
@@ -34,7 +34,7 @@ def user_score(function, selected, batch: tf.Tensor, images: int | None) -> tf.T
     """``function(selected)`` checked: float32 ``(batch,)``.
 
     Args:
-        function: The :class:`~guidedbp.engine.targets.Score`'s function.
+        function: The :class:`~guidedbp.engine.targets.kinds.Score`'s function.
         selected: What it reads: the chosen output, or every output.
         batch: The batch's size, a scalar tensor.
         images: That size where the trace knows it, else ``None``.
@@ -94,7 +94,7 @@ def reference(flat: tf.Tensor, given: tf.Tensor, where: str) -> tf.Tensor:
 
 
 def detection_label(wanted: tf.Tensor, classes: int | None) -> tf.Tensor:
-    """A :class:`~guidedbp.engine.targets.Detection`'s classes ``wanted`` ``(B,)`` (-1:
+    """A :class:`~guidedbp.engine.targets.box_target.Detection`'s classes ``wanted`` ``(B,)`` (-1:
     the matched proposal's), checked against the detector's ``classes`` by an assertion
     (the classes are data, fed per image).
 

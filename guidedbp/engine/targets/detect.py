@@ -1,10 +1,10 @@
 """A detector's detections on clean images: what ``--detections top:K`` explains.
 
 :func:`detector` says whether a model is a detector the
-:class:`~guidedbp.engine.targets.Detection` target can read (its boxes and class scores
+:class:`~guidedbp.engine.targets.box_target.Detection` target can read (its boxes and class scores
 outputs, how many proposals and classes), tracing its proposals once;
 :func:`detections` decodes each image's proposals
-(:func:`guidedbp.engine._detections.proposals`, forward only, in a function traced once
+(:func:`guidedbp.engine.targets.proposals.proposals`, forward only, in a function traced once
 per image shape) and keeps the best ones by per-class greedy non-maximum suppression
 (:func:`suppress`), as detectors' own decoders do.
 
@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from guidedbp import _outputs, caveats
 from guidedbp.caveats import Caveat
-from guidedbp.engine import _detections
+from guidedbp.engine.targets import proposals as _proposals
 
 __all__ = ["DETECTION_OVERLAP", "MAX_CANDIDATES", "Detected", "DetectorInfo", "NotADetector",
            "degenerate", "detections", "detector", "suppress"]
@@ -35,7 +35,7 @@ DETECTION_OVERLAP = 0.5
 #: every anchor above the threshold.
 MAX_CANDIDATES = 10_000
 
-NotADetector = _detections.NotADetector
+NotADetector = _proposals.NotADetector
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def proposals_function(model, image_shape: tuple, output=None, box_format: str =
     def forward(images):
         raw = model(images, training=False)
         selected = _outputs.select(model, raw, output)
-        corners, probabilities, _ = _detections.proposals(model, selected, size, box_format,
+        corners, probabilities, _ = _proposals.proposals(model, selected, size, box_format,
                                                           boxes, scores)
         return corners, probabilities
 
@@ -118,9 +118,9 @@ def detector(model, image_shape: tuple, output=None, box_format: str = "xyxy", b
     def forward(images):
         raw = model(images, training=False)
         selected = _outputs.select(model, raw, output)
-        corners, probabilities, read = _detections.proposals(
+        corners, probabilities, read = _proposals.proposals(
             model, selected, traced, box_format, boxes, scores)
-        found["names"] = _read_names(model, selected, read, _detections.kind_of(model))
+        found["names"] = _read_names(model, selected, read, _proposals.kind_of(model))
         return corners, probabilities
 
     concrete = tf.function(forward, autograph=False).get_concrete_function(
@@ -129,7 +129,7 @@ def detector(model, image_shape: tuple, output=None, box_format: str = "xyxy", b
     free = None in tuple(image_shape[:2])
     proposals = corners.shape[1]
     blank = concrete(tf.zeros((1, *shape), tf.float32))[0].numpy()[0]
-    return DetectorInfo(_detections.kind_of(model), *found["names"],
+    return DetectorInfo(_proposals.kind_of(model), *found["names"],
                         None if free or proposals is None else int(proposals),
                         None if probabilities.shape[-1] is None
                         else int(probabilities.shape[-1]),

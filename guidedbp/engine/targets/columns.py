@@ -6,7 +6,7 @@ a function): the traced functions are kept per column, and the targets of one co
 (:meth:`Columns.groups`). :class:`Columns` adds what varies from image to image and is
 fed to the trace as tensors: the class of a class column (``-r``: the r-th most
 probable), a region's mask, a similarity's reference embedding.
-:func:`guidedbp.engine._scoring.score` reads the scores off the model's output inside the
+:func:`guidedbp.engine.targets.scoring.score` reads the scores off the model's output inside the
 trace, and what each column resolved on the clean images (the classes of ranks, the
 argmax region), so that every later pass (SmoothGrad's copies, integrated gradients'
 path, the perturbed copies) explains the same fixed target.
@@ -19,17 +19,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from guidedbp.engine.targets import (
-    Class,
-    Detection,
-    OutputName,
-    Region,
-    Score,
-    Similarity,
-    Target,
-    Text,
-    Unit,
-)
+from guidedbp.engine.targets.box_target import Detection
+from guidedbp.engine.targets.kinds import Class, OutputName, Region, Score, Similarity, Target, Unit
+from guidedbp.engine.targets.text import Text
 from guidedbp.errors import ArgumentError
 
 #: The column kinds; ``probe`` scores every output at once (the report's trace only).

@@ -7,12 +7,14 @@ See :mod:`guidedbp.caveats` for what a caveat is; the explainer calls
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from guidedbp import caveats as kinds
 from guidedbp.caveats import Caveat
-from guidedbp.engine import methods as registry
+from guidedbp.engine import inputs as _inputs
+from guidedbp.engine.methods import registry
 
 
 def of_model(methods: Sequence[str], by_rule: dict, max_channels: int | None,
@@ -107,7 +109,7 @@ def non_finite(labels: Sequence[str], scores: np.ndarray, probabilities: np.ndar
 
 def unmatched(target, found: np.ndarray) -> list[Caveat]:
     """A :data:`~guidedbp.caveats.NO_DETECTION` caveat where the proposal a
-    :class:`~guidedbp.engine.targets.Detection` matched (``found``: corners, IoU, class
+    :class:`~guidedbp.engine.targets.box_target.Detection` matched (``found``: corners, IoU, class
     score) is no detection of its box."""
     overlap, score = float(found[4]), float(found[5])
     if overlap >= kinds.DETECTION_IOU and score >= target.threshold:
@@ -118,8 +120,8 @@ def unmatched(target, found: np.ndarray) -> list[Caveat]:
 def unguided(methods: Sequence[str], report) -> list[Caveat]:
     """An :data:`~guidedbp.caveats.UNGUIDED_ACTIVATION` caveat for each method whose rule
     left activations in its scope with their plain gradient (``report``'s
-    :meth:`~guidedbp.engine._graph.Report.unreached`)."""
-    from guidedbp.engine._graph import format_counts
+    :meth:`~guidedbp.engine.graph.report.Report.unreached`)."""
+    from guidedbp.engine.graph.report import format_counts
 
     found = []
     for name in methods:
@@ -151,3 +153,32 @@ def of_explanation(explanation, count: int, shared: Sequence[Caveat],
         explanation.probabilities if target is None or target.kind in ("class", "region")
         else None)
     return tuple((*caveats, *extra) for caveats, extra in zip(found, overflowed))
+
+
+def with_caveats(explanation, images: np.ndarray, shared: Sequence[Caveat],
+                 pixel_to_input: Callable | None = None):
+    """``explanation`` with each of ``images``' caveats (:func:`of_explanation`):
+    ``shared``, then those of its own maps; the images' span of raw pixel values in the
+    model's input space (``pixel_to_input``) tells a map's noise from its signal."""
+
+    def span() -> float:
+        black, white = _inputs.black_white(images.shape[-1], pixel_to_input)
+        return float(np.max(np.abs(white.astype(np.float64) - black)))
+
+    return replace(explanation, caveats=of_explanation(explanation, len(images), shared, span))
+
+
+def plain_rules(methods: Sequence[str], report, model) -> str | None:
+    """Where guided or deconvnet backprop would equal the plain gradient (no activation
+    in its rule's scope, by ``report``), the warning that says so for ``model``; else
+    ``None``."""
+    plain = [m for m in methods if registry.method(m).relu_rule in report.by_rule
+             and not report.by_rule[registry.method(m).relu_rule][1]]
+    if not plain:
+        return None
+    name = getattr(model, "name", None) or "the model"
+    what = (f"{plain[0]} backprop equals" if len(plain) == 1
+            else f"{' and '.join(plain)} equal")
+    scopes = {report.by_rule[registry.method(m).relu_rule][0] for m in plain}
+    lacks = "no ReLU-family op" if scopes == {"relu"} else "no activation to guide"
+    return f"{name} has {lacks}: {what} the plain gradient for it"

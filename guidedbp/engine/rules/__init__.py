@@ -1,0 +1,2 @@
+"""The gradient rules: a rule is a record plus its math (guided, deconvnet).
+"""
