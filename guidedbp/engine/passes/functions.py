@@ -19,6 +19,7 @@ from guidedbp.engine import inputs as _inputs
 from guidedbp.engine.graph import report as _report
 from guidedbp.engine.passes import trace as _trace
 from guidedbp.engine.targets import columns as _columns
+from guidedbp.errors import ArgumentError
 
 #: A ``tf.function`` traced from one of the bodies of :mod:`guidedbp.engine.passes.trace`.
 Function = tf.types.experimental.GenericFunction
@@ -56,6 +57,7 @@ class TracedFunctions:
         self._score_functions: dict[tuple, Function] = {}
         self._reports: dict[tuple, _report.Report] = {}
         self._pass_reports: dict[tuple, _report.Report] = {}
+        self._refused: dict[tuple, ArgumentError] = {}  # a trace that refused its targets
         self.trace_count = 0
 
     def signature(self, image_shape: tuple) -> tuple:
@@ -81,15 +83,12 @@ class TracedFunctions:
         score reading every unit of it (of every output when ``output`` is ``None``)."""
         if key not in self._reports and columns is not None:  # the first pass of them
             first = _columns.traced_passes(columns)[0]
-            self.gradient(key, methods, _columns.pass_columns(columns, first)
-                          ).get_concrete_function()
+            self.concrete(key, methods, _columns.pass_columns(columns, first))
         if key not in self._reports:
             try:
-                self.gradient(key, methods, (replace(_columns.CLASS, output=output),)
-                              ).get_concrete_function()
+                self.concrete(key, methods, (replace(_columns.CLASS, output=output),))
             except _columns.NotAClassifier:
-                self.gradient(key, methods, (_columns.Column("probe", output),)
-                              ).get_concrete_function()
+                self.concrete(key, methods, (_columns.Column("probe", output),))
         return self._reports[key]
 
     def pass_report(self, key: tuple, methods: tuple, columns: tuple) -> _report.Report:
@@ -98,12 +97,25 @@ class TracedFunctions:
         activation maps' layer is the one those targets use (a detection's is the last
         feature map its proposals share, where a class's is the one before the output)."""
         first = _columns.pass_columns(columns, _columns.traced_passes(columns)[0])
-        self.gradient(key, methods, first).get_concrete_function()
+        self.concrete(key, methods, first)
         return self._pass_reports[(key, methods, first)]
 
     def newest_report(self) -> _report.Report | None:
         """The report of the newest signature traced, or ``None`` before any trace."""
         return next(reversed(self._reports.values())) if self._reports else None
+
+    def concrete(self, key: tuple, methods: tuple, columns: tuple):
+        """The traced graph of :meth:`gradient`'s pass, traced once. A trace that refused
+        its targets (a class of an output that holds none) is refused again at once, not
+        traced again: a detector's first report and its value check both ask for a
+        class pass, and a trace costs the whole forward and backward graph."""
+        if (key, methods, columns) in self._refused:
+            raise self._refused[(key, methods, columns)].with_traceback(None)
+        try:
+            return self.gradient(key, methods, columns).get_concrete_function()
+        except ArgumentError as error:
+            self._refused[(key, methods, columns)] = error
+            raise
 
     def gradient(self, key: tuple, methods: tuple, columns: tuple = (_columns.CLASS,)
                  ) -> Function:

@@ -126,8 +126,8 @@ class TargetColumns:
         first = next((i for i, spec in enumerate(specs) if spec.kind == "class"), 0)
         layout = next(layout for layout in traced_passes(specs)
                       if any(first in targets for targets in layout))
-        function = self.functions.gradient(key, self.clean, pass_columns(specs, layout))
-        return int(function.get_concrete_function().structured_outputs[
+        concrete = self.functions.concrete(key, self.clean, pass_columns(specs, layout))
+        return int(concrete.structured_outputs[
             "class_probabilities"].shape[-1])
 
     def num_classes(self, key: tuple, output: OutputName) -> int:
