@@ -33,11 +33,12 @@ $(STAMP): $(DEMO_STAMP) pyproject.toml
 # Two pytest workers, one test file each (module fixtures are built once). make test leaves
 # out the tests marked `heavy`; make test-all, which CI runs, has them too. Tests marked
 # `peer` (they need build/xplique-venv): make test-peers.
-# make test's time (the figure the README, pyproject.toml and the docs refer to): about 11
-# minutes on 2 idle cores. Measured 2026-12-07, 2,396 tests: 1,306 CPU-seconds (user+sys of
-# `/usr/bin/time make test`), the two workers keeping both cores busy; wall time is that over
-# 2 only on idle cores (30 minutes on a 2-core machine shared with other jobs, whose
-# contention also adds up to 15 % to the CPU-seconds).
+# make test's time (the figure the README, pyproject.toml and the docs refer to): about 9
+# minutes on 2 idle cores. Measured 2026-12-08, 2,467 tests: 1,034 CPU-seconds (983 user +
+# 51 sys of `/usr/bin/time make test`; 8 min 59 s wall), the two workers keeping both cores
+# busy; wall time is that over 2 only on idle cores (a 2-core machine shared with other
+# jobs takes longer, and its contention adds up to 15 % to the CPU-seconds too). Each
+# worker runs TensorFlow on one thread (tests/conftest.py): two workers on two cores.
 test: $(STAMP)
 	$(PY) -m ruff check guidedbp tests benchmarks docs/hooks
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not peer and not heavy" --durations=25

@@ -5,7 +5,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before any TensorFlow import
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # make test runs one worker per core: one TensorFlow thread pool thread each, not two
-    # pools spinning on both cores (about a tenth of the suite's CPU-seconds). The
+    # pools spinning on both cores (about 5 % of the suite's CPU-seconds). The
     # subprocesses the tests start inherit it; the package's own defaults are untouched.
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
