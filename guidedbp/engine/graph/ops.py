@@ -193,28 +193,26 @@ def class_scores(logits: tf.Tensor, output: tf.Tensor, head: str | None):
 
 def descendants(op: tf.Operation) -> set[str]:
     """Names of ``op`` and of every op that reads its outputs, directly or not."""
-    names, stack = set(), [op]
-    while stack:
-        current = stack.pop()
-        if current.name in names:
-            continue
-        names.add(current.name)
-        for output in current.outputs:
-            stack.extend(output.consumers())
-    return names
+    return _reached(op, lambda current: [consumer for output in current.outputs
+                                         for consumer in output.consumers()])
 
 
 def ancestors(op: tf.Operation) -> set[str]:
     """Names of ``op`` and of every op it reads (inputs and control inputs), directly
     or not."""
+    return _reached(op, lambda current: [*(tensor.op for tensor in current.inputs),
+                                         *current.control_inputs])
+
+
+def _reached(op: tf.Operation, neighbours) -> set[str]:
+    """Names of ``op`` and of every op reached from it through ``neighbours(op)``."""
     names, stack = set(), [op]
     while stack:
         current = stack.pop()
         if current.name in names:
             continue
         names.add(current.name)
-        stack.extend(tensor.op for tensor in current.inputs)
-        stack.extend(current.control_inputs)
+        stack.extend(neighbours(current))
     return names
 
 
