@@ -166,6 +166,18 @@ def tiny_cnn(seed: int, activation: str = "relu") -> keras.Model:
     return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x))
 
 
+def shapes_cnn(filters: int) -> keras.Model:
+    """16x16 RGB -> Rescaling(1/255) -> Conv2D(``filters``, 3, relu) -> global average ->
+    Dense(6, softmax), seeded with 7: the six classes of the synthetic shapes and a conv
+    layer for the class activation maps, for ``guidedbp evaluate`` runs."""
+    keras.utils.set_random_seed(7)
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Rescaling(1 / 255)(inputs)
+    x = keras.layers.Conv2D(filters, 3, activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(6, activation="softmax")(x))
+
+
 def corner_cnn() -> keras.Model:
     """8x8x1 -> Conv2D(1, 1x1, relu, w=1) -> Flatten -> Dense(2): class 0 sums the top-left
     2x2 block, class 1 is half the sum of the bottom-right 2x2 block.

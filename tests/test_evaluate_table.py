@@ -37,15 +37,10 @@ ALL = ("--shapes", "3", "--method", "all", "--metric", "all", "--costs", "--dist
 def model(tmp_path_factory):
     """16x16 RGB -> Conv2D(4, 3, relu) -> global average -> Dense(6, softmax), seeded: six
     classes, as many as the synthetic shapes, and a conv layer for the CAMs."""
-    import keras
+    from tests.models import shapes_cnn
 
-    keras.utils.set_random_seed(7)
-    inputs = keras.Input((16, 16, 3))
-    x = keras.layers.Rescaling(1 / 255)(inputs)
-    x = keras.layers.Conv2D(4, 3, activation="relu")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
     path = tmp_path_factory.mktemp("table") / "m.keras"
-    keras.Model(inputs, keras.layers.Dense(6, activation="softmax")(x)).save(path)
+    shapes_cnn(4).save(path)
     return path
 
 

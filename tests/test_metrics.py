@@ -407,15 +407,10 @@ def small_model(tmp_path_factory):
     bundled demo's pixels (ROAD's imputation, most of ``--metric all``'s time, solves a
     system per pixel). Seed 7 gives no constant map on the first 8 shapes (another seed
     may: every metric would then leave that image out)."""
-    import keras
+    from tests.models import shapes_cnn
 
-    keras.utils.set_random_seed(7)
-    inputs = keras.Input((16, 16, 3))
-    x = keras.layers.Rescaling(1 / 255)(inputs)
-    x = keras.layers.Conv2D(8, 3, activation="relu")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
     path = tmp_path_factory.mktemp("metrics") / "small.keras"
-    keras.Model(inputs, keras.layers.Dense(6, activation="softmax")(x)).save(path)
+    shapes_cnn(8).save(path)
     return path
 
 
